@@ -1,0 +1,1 @@
+//! Drift-free periodic ticker (placeholder; implemented by the core helper).

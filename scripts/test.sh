@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# The whole hwqos test suite: installs the system packages the tests use as
+# oracles (perf from linux-perf, promtool from prometheus), then runs format,
+# lint and every test of the workspace.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+need=()
+command -v perf >/dev/null 2>&1 || need+=(linux-perf)
+command -v promtool >/dev/null 2>&1 || need+=(prometheus)
+if [ ${#need[@]} -gt 0 ]; then
+  if [ "$(id -u)" -eq 0 ]; then
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq
+    apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+  else
+    echo "test.sh: missing ${need[*]}; run as root or install them" >&2
+    exit 1
+  fi
+fi
+
+cargo fmt --all -- --check
+cargo clippy --workspace --all-targets --locked -- -D warnings
+cargo test --workspace --locked
