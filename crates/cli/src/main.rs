@@ -1,1 +1,22 @@
-fn main(){}
+//! `hwqos`: the human-facing command line (see the `hwqos_cli` library).
+
+use clap::Parser;
+use std::process::ExitCode;
+
+fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("HWQOS_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = hwqos_cli::args::Cli::parse();
+    match hwqos_cli::run(cli) {
+        Ok(code) => ExitCode::from(code),
+        Err(e) => {
+            eprintln!("hwqos: {e:#}");
+            ExitCode::from(hwqos_cli::error::exit_code_of(&e))
+        }
+    }
+}

@@ -10,11 +10,13 @@
 //!   correlation and low-pass filtering;
 //! - [`time`], [`ticker`]: monotonic and wall clocks, and a periodic ticker on
 //!   absolute deadlines that never accumulates error;
+//! - [`recording`]: recordings on disk (JSON lines with a schema header, CSV);
 //! - [`stats`], [`filter`]: descriptive statistics, Student-t confidence intervals,
 //!   Pearson correlation, Butterworth filtering.
 
 pub mod filter;
 pub mod metric;
+pub mod recording;
 pub mod sample;
 pub mod scope;
 pub mod series;
@@ -22,8 +24,10 @@ pub mod stats;
 pub mod ticker;
 pub mod time;
 
+pub use filter::Butterworth;
 pub use metric::{MetricInfo, MetricKind, MetricName, Unit};
 pub use sample::{CounterReading, Frame, Sample, ScopeLabel};
 pub use scope::Scope;
 pub use series::Series;
+pub use ticker::{SleepStrategy, Tick, Ticker, TickerError};
 pub use time::Timestamp;

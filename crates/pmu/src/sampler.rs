@@ -1,1 +1,750 @@
-//! (being written)
+//! The monitor engine: one [`Frame`] per tick from counter groups rotated per
+//! target, plus procfs and application metrics (thesis 5.3.1, Listing 8.3).
+//!
+//! Each target (a process, a thread, a CPU, a cgroup) has the same list of event
+//! sets, each a counter group per counting unit (a thread of the process, the
+//! CPU, the cgroup on each CPU). Exactly one set per target is enabled at a time:
+//! at every tick the enabled set is disabled, read (its increase since it was
+//! enabled at the previous tick), and the next set is enabled. So each set
+//! always has the PMU to itself (no kernel multiplexing unless something else
+//! competes for counters), each reading covers exactly one interval, and the
+//! derived metrics of a group only mix events that were counted together.
+//!
+//! The first call to [`Sampler::sample`] starts counting and returns a frame
+//! without counter samples; a target that appears later reports from the tick
+//! after it appeared.
+//!
+//! **Processes.** A process is counted with one inherited group per thread that
+//! exists when it is attached; threads (and child processes) it creates later are
+//! counted by the kernel's inheritance into those groups, including after they
+//! exit. Groups stay open until the process is gone — closing the group of an
+//! exited thread would drop the counts of the threads it created. A thread created
+//! in the instant between listing a process's threads and opening its creator's
+//! group is missed. Targets are rescanned every `rescan_every` ticks: new
+//! matching processes are attached, and processes that are gone are read one last
+//! time (perf keeps an exited task's final counts readable), reported, and closed.
+//!
+//! **Summing units.** The per-thread (or per-CPU) readings of one process (or
+//! cgroup) are scaled per unit and then summed, see [`combine`].
+
+use crate::appmetric::{AppMetrics, AppSource};
+use crate::backend::{BackendKind, CountTarget, CounterBackend, GroupId, GroupReading};
+use crate::catalog::Catalog;
+use crate::derived::{self, CpiPenalties};
+use crate::event::perf_type;
+use crate::procfs::ProcfsSampler;
+use crate::target::{online_cpus, Resolved, Resolver, TargetSelector};
+use crate::{Event, PmuError};
+use hwqos_core::{CounterReading, Frame, MetricName, Sample, Scope, ScopeLabel, Timestamp};
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, HashMap};
+use std::path::Path;
+
+/// What to monitor and how (the engine part of the monitor's configuration).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SamplerConfig {
+    /// Processes, threads, cgroups and units to count per target.
+    pub targets: Vec<TargetSelector>,
+    /// Also count every CPU system-wide (one `cpu:N` scope each).
+    pub per_cpu: bool,
+    /// The CPUs for `per_cpu` and cgroup counting (default: all online CPUs).
+    pub cpus: Option<Vec<u32>>,
+    /// Event sets (names as the catalog accepts them), rotated one per tick.
+    pub event_sets: Vec<Vec<String>>,
+    /// Add `/proc` software metrics (system, per CPU, per monitored process).
+    pub procfs: bool,
+    /// Ticks between target rescans (0: never rescan).
+    pub rescan_every: u32,
+    /// Cycles per miss for the CPI stack.
+    pub cpi_penalties: CpiPenalties,
+    /// Application performance metric sources.
+    pub app_sources: Vec<AppSource>,
+}
+
+impl Default for SamplerConfig {
+    fn default() -> Self {
+        SamplerConfig {
+            targets: Vec::new(),
+            per_cpu: false,
+            cpus: None,
+            event_sets: Vec::new(),
+            procfs: false,
+            rescan_every: 10,
+            cpi_penalties: CpiPenalties::default(),
+            app_sources: Vec::new(),
+        }
+    }
+}
+
+/// An event this node cannot count, and why.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UnavailableEvent {
+    pub name: String,
+    pub reason: String,
+}
+
+#[derive(Clone, Debug)]
+struct EventSet {
+    events: Vec<Event>,
+}
+
+/// One counting unit of a target: a thread, a CPU, or a cgroup on one CPU.
+struct Unit {
+    target: CountTarget,
+    /// One group per event set (`None` where opening failed for this unit).
+    groups: Vec<Option<GroupId>>,
+    /// Each set's cumulative reading when it was last disabled (zeros at open).
+    last: Vec<GroupReading>,
+}
+
+struct Monitored {
+    label: Option<String>,
+    /// Units by tid (tasks) or CPU number (CPU-wide, cgroup).
+    units: BTreeMap<u32, Unit>,
+    /// The set being counted.
+    active: usize,
+    /// When the active set was enabled (`None`: not counting yet).
+    enabled_at: Option<u64>,
+}
+
+/// Per-target counter rotation, scaling and derived metrics; see the module docs.
+pub struct Sampler {
+    cfg: SamplerConfig,
+    backend: Box<dyn CounterBackend>,
+    resolver: Resolver,
+    sets: Vec<EventSet>,
+    unavailable: Vec<UnavailableEvent>,
+    targets: BTreeMap<Scope, Monitored>,
+    cpus: Vec<u32>,
+    procfs: Option<ProcfsSampler>,
+    app: Option<AppMetrics>,
+    seq: u64,
+    ticks: u64,
+    prev_time: Option<Timestamp>,
+}
+
+impl Sampler {
+    /// Resolves the event names and targets and opens the counter groups
+    /// (disabled). Unknown event names, an event set with more hardware events
+    /// than the backend can count at once, bad selectors and bad penalties are
+    /// errors; events the node cannot count are dropped and listed in
+    /// [`Sampler::unavailable`].
+    pub fn new(
+        cfg: SamplerConfig,
+        catalog: &Catalog,
+        backend: Box<dyn CounterBackend>,
+        resolver: Resolver,
+    ) -> Result<Sampler, PmuError> {
+        cfg.cpi_penalties.validate().map_err(PmuError::Config)?;
+        let mut backend = backend;
+        let (sets, unavailable) = resolve_sets(&cfg.event_sets, catalog, backend.as_mut())?;
+        let cpus = match &cfg.cpus {
+            Some(cpus) if cpus.is_empty() => {
+                return Err(PmuError::Config("the CPU list for per-CPU counting is empty".into()))
+            }
+            Some(cpus) => cpus.clone(),
+            None => online_cpus(Path::new("/sys")),
+        };
+        let resolved = resolver.resolve(&cfg.targets)?;
+        let app = if cfg.app_sources.is_empty() {
+            None
+        } else {
+            Some(AppMetrics::start(&cfg.app_sources)?)
+        };
+        let procfs = cfg.procfs.then(|| ProcfsSampler::new("/proc"));
+        let mut sampler = Sampler {
+            cfg,
+            backend,
+            resolver,
+            sets,
+            unavailable,
+            targets: BTreeMap::new(),
+            cpus,
+            procfs,
+            app,
+            seq: 0,
+            ticks: 0,
+            prev_time: None,
+        };
+        if sampler.cfg.per_cpu {
+            for cpu in sampler.cpus.clone() {
+                sampler.attach(Scope::Cpu { cpu }, None, vec![(cpu, CountTarget::Cpu { cpu })]);
+            }
+        }
+        sampler.follow(&resolved);
+        Ok(sampler)
+    }
+
+    /// Events removed from their sets because this node cannot count them.
+    pub fn unavailable(&self) -> &[UnavailableEvent] {
+        &self.unavailable
+    }
+
+    /// The event sets being rotated (names as given, unavailable ones removed).
+    pub fn event_sets(&self) -> Vec<Vec<String>> {
+        self.sets
+            .iter()
+            .map(|s| s.events.iter().map(|e| e.name.clone()).collect())
+            .collect()
+    }
+
+    pub fn backend_kind(&self) -> BackendKind {
+        self.backend.kind()
+    }
+
+    /// The scopes currently counted.
+    pub fn targets(&self) -> Vec<Scope> {
+        self.targets.keys().cloned().collect()
+    }
+
+    /// Replaces the event sets at runtime. Atomic: on error (unknown event, set
+    /// too large) the old sets stay in place. Counting restarts with the first
+    /// new set at the next tick.
+    pub fn set_event_sets(&mut self, sets: Vec<Vec<String>>, catalog: &Catalog) -> Result<(), PmuError> {
+        let (new_sets, unavailable) = resolve_sets(&sets, catalog, self.backend.as_mut())?;
+        for target in self.targets.values_mut() {
+            for unit in target.units.values() {
+                for g in unit.groups.iter().flatten() {
+                    self.backend.close(*g);
+                }
+            }
+        }
+        self.sets = new_sets;
+        self.unavailable = unavailable;
+        self.cfg.event_sets = sets;
+        let scopes: Vec<Scope> = self.targets.keys().cloned().collect();
+        for scope in scopes {
+            let Some(mut target) = self.targets.remove(&scope) else { continue };
+            target.active = 0;
+            target.enabled_at = None;
+            let units = std::mem::take(&mut target.units);
+            for (key, unit) in units {
+                if let Some(u) = open_unit(self.backend.as_mut(), &self.sets, unit.target) {
+                    target.units.insert(key, u);
+                }
+            }
+            if !target.units.is_empty() || self.sets.is_empty() {
+                self.targets.insert(scope, target);
+            }
+        }
+        Ok(())
+    }
+
+    /// Takes one tick: reads and rotates every target's counters, adds procfs
+    /// and application metrics. Never fails as a whole: a target whose tasks
+    /// vanished is dropped, other per-target errors are logged.
+    pub fn sample(&mut self, time: Timestamp) -> Frame {
+        let interval_ns = self
+            .prev_time
+            .map_or(0, |p| time.mono_ns.saturating_sub(p.mono_ns));
+        self.prev_time = Some(time);
+        let mut frame = Frame {
+            seq: self.seq,
+            time,
+            interval_ns,
+            samples: Vec::new(),
+            labels: Vec::new(),
+        };
+        self.seq += 1;
+        self.ticks += 1;
+
+        let mut gone: Vec<Scope> = Vec::new();
+        if self.cfg.rescan_every > 0 && self.ticks > 1 && (self.ticks - 1) % u64::from(self.cfg.rescan_every) == 0 {
+            gone = self.rescan();
+        }
+
+        let scopes: Vec<Scope> = self.targets.keys().cloned().collect();
+        for scope in scopes {
+            let last_time = gone.contains(&scope);
+            self.tick_target(&scope, time, last_time, &mut frame.samples);
+            if let Some(label) = self.targets.get(&scope).and_then(|t| t.label.clone()) {
+                frame.labels.push(ScopeLabel {
+                    scope: scope.clone(),
+                    name: label,
+                });
+            }
+            if last_time {
+                self.detach(&scope);
+            }
+        }
+
+        if let Some(procfs) = self.procfs.as_mut() {
+            match procfs.sample_system(time) {
+                Ok(s) => frame.samples.extend(s),
+                Err(e) => tracing::warn!(error = %e, "procfs system metrics"),
+            }
+            for scope in self.targets.keys() {
+                if let Scope::Process { pid } = scope {
+                    if let Some(s) = procfs.sample_process(*pid, time) {
+                        frame.samples.extend(s);
+                    }
+                }
+            }
+        }
+        if let Some(app) = self.app.as_mut() {
+            frame.samples.extend(app.drain());
+        }
+        frame
+    }
+
+    /// Opens groups for new targets and returns the targets that are gone.
+    fn rescan(&mut self) -> Vec<Scope> {
+        let resolved = match self.resolver.resolve(&self.cfg.targets) {
+            Ok(r) => r,
+            Err(e) => {
+                tracing::warn!(error = %e, "target rescan failed; keeping the current targets");
+                return Vec::new();
+            }
+        };
+        let wanted = self.wanted_scopes(&resolved);
+        let gone = self
+            .targets
+            .keys()
+            .filter(|s| !matches!(s, Scope::Cpu { .. }) && !wanted.contains(s))
+            .cloned()
+            .collect();
+        self.follow(&resolved);
+        gone
+    }
+
+    fn cgroup_scope(&self, dir: &Path) -> Scope {
+        let rel = self
+            .resolver
+            .cgroup2_root()
+            .and_then(|root| dir.strip_prefix(root).ok())
+            .map(|r| format!("/{}", r.display()))
+            .unwrap_or_else(|| dir.display().to_string());
+        Scope::Cgroup { path: rel }
+    }
+
+    fn wanted_scopes(&self, resolved: &Resolved) -> Vec<Scope> {
+        let mut out: Vec<Scope> = resolved
+            .processes
+            .iter()
+            .map(|p| Scope::Process { pid: p.pid })
+            .collect();
+        out.extend(resolved.threads.iter().map(|&(pid, tid)| Scope::Thread { pid, tid }));
+        out.extend(resolved.cgroups.iter().map(|d| self.cgroup_scope(d)));
+        out
+    }
+
+    /// Attaches every resolved target not yet monitored.
+    fn follow(&mut self, resolved: &Resolved) {
+        for p in &resolved.processes {
+            let scope = Scope::Process { pid: p.pid };
+            if self.targets.contains_key(&scope) {
+                continue;
+            }
+            let units = p
+                .threads
+                .iter()
+                .map(|&tid| (tid, CountTarget::Task { tid, inherit: true }))
+                .collect();
+            self.attach(scope, Some(p.comm.clone()), units);
+        }
+        for &(pid, tid) in &resolved.threads {
+            let scope = Scope::Thread { pid, tid };
+            if !self.targets.contains_key(&scope) {
+                self.attach(scope, None, vec![(tid, CountTarget::Task { tid, inherit: false })]);
+            }
+        }
+        for dir in &resolved.cgroups {
+            let scope = self.cgroup_scope(dir);
+            if self.targets.contains_key(&scope) {
+                continue;
+            }
+            let units = self
+                .cpus
+                .iter()
+                .map(|&cpu| {
+                    (
+                        cpu,
+                        CountTarget::Cgroup {
+                            path: dir.clone(),
+                            cpu,
+                        },
+                    )
+                })
+                .collect();
+            self.attach(scope, None, units);
+        }
+    }
+
+    fn attach(&mut self, scope: Scope, label: Option<String>, units: Vec<(u32, CountTarget)>) {
+        let mut opened = BTreeMap::new();
+        for (key, target) in units {
+            if let Some(unit) = open_unit(self.backend.as_mut(), &self.sets, target) {
+                opened.insert(key, unit);
+            }
+        }
+        if opened.is_empty() && !self.sets.is_empty() {
+            tracing::debug!(%scope, "no counter group could be opened; not monitoring it");
+            return;
+        }
+        tracing::debug!(%scope, units = opened.len(), "monitoring");
+        self.targets.insert(
+            scope,
+            Monitored {
+                label,
+                units: opened,
+                active: 0,
+                enabled_at: None,
+            },
+        );
+    }
+
+    fn detach(&mut self, scope: &Scope) {
+        if let Some(target) = self.targets.remove(scope) {
+            for unit in target.units.values() {
+                for g in unit.groups.iter().flatten() {
+                    self.backend.close(*g);
+                }
+            }
+        }
+        if let (Scope::Process { pid }, Some(procfs)) = (scope, self.procfs.as_mut()) {
+            procfs.forget(*pid);
+        }
+        tracing::debug!(%scope, "target gone");
+    }
+
+    /// Reads the active set of one target (if it is counting), reports it, and
+    /// rotates to the next set (unless the target is being dropped).
+    fn tick_target(&mut self, scope: &Scope, time: Timestamp, last_time: bool, out: &mut Vec<Sample>) {
+        let n_sets = self.sets.len();
+        let Some(target) = self.targets.get_mut(scope) else { return };
+        if n_sets == 0 {
+            return;
+        }
+        let backend = self.backend.as_mut();
+        let rotate = n_sets > 1 && !last_time;
+        if let Some(enabled_at) = target.enabled_at {
+            let active = target.active;
+            let mut deltas: Vec<GroupReading> = Vec::new();
+            let mut vanished: Vec<u32> = Vec::new();
+            for (key, unit) in target.units.iter_mut() {
+                let Some(g) = unit.groups[active] else { continue };
+                if rotate {
+                    if let Err(e) = backend.disable(g) {
+                        note_error(scope, &e, *key, &mut vanished);
+                        continue;
+                    }
+                }
+                match backend.read(g) {
+                    Ok(now) => {
+                        deltas.push(delta(&now, &unit.last[active]));
+                        unit.last[active] = now;
+                    }
+                    Err(e) => note_error(scope, &e, *key, &mut vanished),
+                }
+            }
+            for key in vanished {
+                if let Some(unit) = target.units.remove(&key) {
+                    for g in unit.groups.iter().flatten() {
+                        backend.close(*g);
+                    }
+                }
+            }
+            let interval = time.mono_ns.saturating_sub(enabled_at);
+            report(
+                scope,
+                time,
+                &self.sets[active].events,
+                &deltas,
+                interval,
+                &self.cfg.cpi_penalties,
+                out,
+            );
+            if rotate {
+                target.active = (active + 1) % n_sets;
+            }
+        }
+        if target.units.is_empty() {
+            // Every task of the target vanished: drop it (procfs state too).
+            let scope = scope.clone();
+            self.detach(&scope);
+            return;
+        }
+        if last_time || (target.enabled_at.is_some() && !rotate) {
+            if !last_time {
+                target.enabled_at = Some(time.mono_ns);
+            }
+            return;
+        }
+        let active = target.active;
+        let mut vanished = Vec::new();
+        for (key, unit) in target.units.iter_mut() {
+            if let Some(g) = unit.groups[active] {
+                if let Err(e) = backend.enable(g) {
+                    note_error(scope, &e, *key, &mut vanished);
+                }
+            }
+        }
+        for key in vanished {
+            if let Some(unit) = target.units.remove(&key) {
+                for g in unit.groups.iter().flatten() {
+                    backend.close(*g);
+                }
+            }
+        }
+        target.enabled_at = Some(time.mono_ns);
+    }
+}
+
+impl Drop for Sampler {
+    fn drop(&mut self) {
+        for target in self.targets.values() {
+            for unit in target.units.values() {
+                for g in unit.groups.iter().flatten() {
+                    self.backend.close(*g);
+                }
+            }
+        }
+        if let Some(app) = self.app.take() {
+            app.stop();
+        }
+    }
+}
+
+fn note_error(scope: &Scope, e: &PmuError, key: u32, vanished: &mut Vec<u32>) {
+    match e {
+        PmuError::NoSuchTask { .. } => {
+            tracing::debug!(%scope, unit = key, "task vanished");
+            vanished.push(key);
+        }
+        other => tracing::warn!(%scope, unit = key, error = %other, "counter group failed this tick"),
+    }
+}
+
+fn delta(now: &GroupReading, before: &GroupReading) -> GroupReading {
+    GroupReading {
+        time_enabled: now.time_enabled.saturating_sub(before.time_enabled),
+        time_running: now.time_running.saturating_sub(before.time_running),
+        values: now
+            .values
+            .iter()
+            .enumerate()
+            .map(|(i, v)| v.wrapping_sub(before.values.get(i).copied().unwrap_or(0)))
+            .collect(),
+    }
+}
+
+/// Opens one group per event set on `target`. `None` if the task is gone;
+/// sets that fail otherwise are skipped for this unit (logged).
+fn open_unit(backend: &mut dyn CounterBackend, sets: &[EventSet], target: CountTarget) -> Option<Unit> {
+    let mut groups = Vec::with_capacity(sets.len());
+    for set in sets {
+        match backend.open_group(&target, &set.events) {
+            Ok(g) => groups.push(Some(g)),
+            Err(PmuError::NoSuchTask { .. }) => {
+                for g in groups.into_iter().flatten() {
+                    backend.close(g);
+                }
+                return None;
+            }
+            Err(e) => {
+                tracing::warn!(?target, error = %e, "cannot open an event set on this target");
+                groups.push(None);
+            }
+        }
+    }
+    Some(Unit {
+        target,
+        last: vec![GroupReading::default(); groups.len()],
+        groups,
+    })
+}
+
+/// Resolves names, checks set sizes against the backend's capacity and probes
+/// availability. Unknown names and too-large sets are errors.
+fn resolve_sets(
+    names: &[Vec<String>],
+    catalog: &Catalog,
+    backend: &mut dyn CounterBackend,
+) -> Result<(Vec<EventSet>, Vec<UnavailableEvent>), PmuError> {
+    let mut resolved: Vec<Vec<Event>> = Vec::with_capacity(names.len());
+    for set in names {
+        let events = set
+            .iter()
+            .map(|n| catalog.resolve(n))
+            .collect::<Result<Vec<Event>, PmuError>>()?;
+        if let Some(capacity) = backend.capacity() {
+            let hw = events.iter().filter(|e| e.attr.type_ != perf_type::SOFTWARE).count();
+            if hw > capacity {
+                return Err(PmuError::SetTooLarge {
+                    set: set.clone(),
+                    len: hw,
+                    capacity,
+                });
+            }
+        }
+        resolved.push(events);
+    }
+    let mut unavailable: Vec<UnavailableEvent> = Vec::new();
+    let mut verdicts: HashMap<String, bool> = HashMap::new();
+    let mut sets = Vec::new();
+    for events in resolved {
+        let mut kept = Vec::new();
+        for event in events {
+            let ok = match verdicts.get(&event.name) {
+                Some(ok) => *ok,
+                None => {
+                    let ok = match backend.probe(&event) {
+                        Ok(()) => true,
+                        Err(e) => {
+                            let reason = match e {
+                                PmuError::Unavailable { reason, .. } | PmuError::Permission { reason, .. } => reason,
+                                other => other.to_string(),
+                            };
+                            tracing::info!(event = %event.name, %reason, "event unavailable");
+                            unavailable.push(UnavailableEvent {
+                                name: event.name.clone(),
+                                reason,
+                            });
+                            false
+                        }
+                    };
+                    verdicts.insert(event.name.clone(), ok);
+                    ok
+                }
+            };
+            if ok {
+                kept.push(event);
+            }
+        }
+        if !kept.is_empty() {
+            sets.push(EventSet { events: kept });
+        }
+    }
+    Ok((sets, unavailable))
+}
+
+/// Sums the readings of one event over the units of a target (threads of a
+/// process, CPUs of a cgroup).
+///
+/// Each unit is scaled on its own (`raw × enabled / running`) and the scaled
+/// values are summed — summing raw counts and times first would weight units by
+/// their enabled time rather than their counts. Units whose counter never ran
+/// while enabled have no estimate of their own; they are covered by
+/// extrapolating the others' total to the whole enabled time
+/// (`S = S_known × E_all / E_known`).
+///
+/// The returned reading keeps the summed `raw` and enabled time and sets
+/// `time_running` so that its [`CounterReading::scaled`] equals `S` (exactly when
+/// no unit was multiplexed, to within rounding otherwise); the exact `S` is
+/// returned alongside. `None` when no unit could be scaled.
+pub fn combine(readings: &[CounterReading]) -> Option<(CounterReading, f64)> {
+    let mut raw: u64 = 0;
+    let mut e_all: u64 = 0;
+    let mut e_known: u64 = 0;
+    let mut s_known = 0.0;
+    let mut running: u64 = 0;
+    let mut any_known = false;
+    let mut multiplexed = false;
+    for r in readings {
+        raw = raw.wrapping_add(r.raw);
+        e_all += r.time_enabled;
+        running += r.time_running.min(r.time_enabled);
+        multiplexed |= r.multiplexed();
+        if let Some(s) = r.scaled() {
+            any_known = true;
+            s_known += s;
+            e_known += r.time_enabled;
+        }
+    }
+    if !any_known {
+        return None;
+    }
+    let scaled = if e_known > 0 && e_known < e_all {
+        s_known * e_all as f64 / e_known as f64
+    } else {
+        s_known
+    };
+    let time_running = if !multiplexed {
+        e_all.max(running)
+    } else if scaled > 0.0 {
+        ((raw as f64 * e_all as f64 / scaled).round() as u64).min(e_all)
+    } else {
+        running
+    };
+    Some((
+        CounterReading {
+            raw,
+            time_enabled: if multiplexed { e_all } else { e_all.max(running) },
+            time_running,
+        },
+        scaled,
+    ))
+}
+
+/// Turns the per-unit deltas of one set into counter samples plus derived metrics.
+fn report(
+    scope: &Scope,
+    time: Timestamp,
+    events: &[Event],
+    deltas: &[GroupReading],
+    interval_ns: u64,
+    penalties: &CpiPenalties,
+    out: &mut Vec<Sample>,
+) {
+    if deltas.is_empty() {
+        return;
+    }
+    let mut counts: HashMap<MetricName, f64> = HashMap::new();
+    for (i, event) in events.iter().enumerate() {
+        let readings: Vec<CounterReading> = deltas
+            .iter()
+            .map(|d| CounterReading {
+                raw: d.values.get(i).copied().unwrap_or(0),
+                time_enabled: d.time_enabled,
+                time_running: d.time_running,
+            })
+            .collect();
+        let Some((reading, value)) = combine(&readings) else {
+            tracing::debug!(%scope, event = %event.name, "counter never ran this interval");
+            continue;
+        };
+        if let Some(mut sample) = Sample::counter(time, scope.clone(), event.metric.clone(), reading) {
+            sample.value = value;
+            out.push(sample);
+            counts.insert(event.metric.clone(), value);
+        }
+    }
+    for (metric, value) in derived::derive(&counts, interval_ns, penalties) {
+        out.push(Sample::gauge(time, scope.clone(), metric, value));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn r(raw: u64, e: u64, run: u64) -> CounterReading {
+        CounterReading {
+            raw,
+            time_enabled: e,
+            time_running: run,
+        }
+    }
+
+    #[test]
+    fn combining_unmultiplexed_units_is_a_plain_sum() {
+        let (c, v) = combine(&[r(100, 1_000, 1_000), r(50, 400, 400), r(0, 0, 0)]).unwrap();
+        assert_eq!(c, r(150, 1_400, 1_400));
+        assert_eq!(v, 150.0);
+        assert!(!c.multiplexed());
+    }
+
+    #[test]
+    fn combining_scales_each_unit_before_summing() {
+        // Unit A ran half its enabled time, unit B all of it.
+        let (c, v) = combine(&[r(100, 1_000, 500), r(300, 1_000, 1_000)]).unwrap();
+        assert_eq!(v, 200.0 + 300.0);
+        assert!(c.multiplexed());
+        assert!((c.scaled().unwrap() - v).abs() / v < 1e-6, "{c:?}");
+        // A unit that never ran is extrapolated from the others.
+        let (_, v) = combine(&[r(100, 1_000, 1_000), r(0, 1_000, 0)]).unwrap();
+        assert_eq!(v, 200.0);
+        assert!(combine(&[r(0, 1_000, 0)]).is_none());
+    }
+}

@@ -1,0 +1,148 @@
+//! The command line of `hwqos` (clap derive).
+
+use clap::{Args, Parser, Subcommand};
+use std::path::PathBuf;
+
+/// hwqos: hardware and software characteristics of a Linux node — count events
+/// like `perf stat`, watch processes and CPUs live, record, summarize and plot.
+#[derive(Debug, Parser)]
+#[command(name = "hwqos", version, propagate_version = true, arg_required_else_help = true)]
+pub struct Cli {
+    /// Same as `hwqos list`: the events this node offers and why the rest is unavailable.
+    #[arg(long = "list-events", conflicts_with = "command")]
+    pub list_events: bool,
+    /// With --list-events: one JSON object per event.
+    #[arg(long, requires = "list_events")]
+    pub json: bool,
+    #[command(subcommand)]
+    pub command: Option<Command>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Count events for a command, processes, or the whole system (like `perf stat`).
+    Stat(StatArgs),
+    /// List event names with their availability on this node.
+    #[command(visible_alias = "list-events")]
+    List(ListArgs),
+    /// Live per-process and per-CPU view (plain periodic tables when not on a terminal).
+    Top(TopArgs),
+    /// Sample metrics into a JSON-lines recording (and optionally CSV).
+    Record(RecordArgs),
+    /// Summarize a recording per scope and metric (count, mean, median, p99, CI).
+    Report(ReportArgs),
+    /// Plot a recording as SVG: time series per metric and scope, CPI-stack bars.
+    Plot(PlotArgs),
+}
+
+/// What to count in: processes, the whole system, or a command run by hwqos.
+#[derive(Debug, Args, Clone, Default)]
+pub struct TargetArgs {
+    /// Attach to existing processes (all their threads), comma-separated pids.
+    #[arg(short = 'p', long = "pid", value_delimiter = ',', value_name = "PID", conflicts_with = "all_cpus")]
+    pub pids: Vec<u32>,
+    /// System-wide: count on every online CPU (needs root or perf_event_paranoid ≤ 0).
+    #[arg(short = 'a', long = "all-cpus")]
+    pub all_cpus: bool,
+    /// The command to run and measure (after `--`).
+    #[arg(last = true, value_name = "CMD")]
+    pub command: Vec<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct StatArgs {
+    /// Events, comma-separated, by any catalog name: generic (`sw.task_clock`,
+    /// `hw.cycles`), perf's (`task-clock`, `page-faults`, `L1-dcache-load-misses`),
+    /// raw (`r0151`) or sysfs (`cpu/event=0x51,umask=0x1/`). May be repeated.
+    /// Default: perf's list (task-clock, context-switches, cpu-migrations,
+    /// page-faults, cycles, instructions, branches, branch-misses).
+    #[arg(short = 'e', long = "event", value_name = "EVENTS")]
+    pub events: Vec<String>,
+    /// Print counts every MS milliseconds (deltas), then the totals.
+    #[arg(short = 'I', long = "interval-print", value_name = "MS")]
+    pub interval_ms: Option<u64>,
+    /// CSV-like output with this field separator (perf's `-x`).
+    #[arg(short = 'x', long = "field-separator", value_name = "SEP", conflicts_with = "json")]
+    pub separator: Option<String>,
+    /// One JSON object per counter and scope, per line.
+    #[arg(long)]
+    pub json: bool,
+    /// With -a: one line per CPU instead of the system-wide sum (perf's -A).
+    #[arg(short = 'A', long = "no-aggr", requires = "all_cpus")]
+    pub per_cpu: bool,
+    #[command(flatten)]
+    pub target: TargetArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct ListArgs {
+    /// One JSON object per event.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct TopArgs {
+    /// Seconds between updates.
+    #[arg(short = 'd', long = "delay", default_value_t = 1.0, value_name = "SECS")]
+    pub delay: f64,
+    /// Stop after this many updates (default: run until Ctrl-C).
+    #[arg(short = 'n', long = "iterations", value_name = "N")]
+    pub iterations: Option<u64>,
+    /// Plain periodic tables without escape codes, even on a terminal.
+    #[arg(long)]
+    pub plain: bool,
+    /// Processes shown per update.
+    #[arg(long = "top", default_value_t = 15, value_name = "N")]
+    pub top: usize,
+    /// Counter event sets rotated per process; sets separated by `;`, events in a
+    /// set by `,` (default: instructions and cycles where the node has a PMU,
+    /// else task-clock, context switches and page faults).
+    #[arg(short = 'e', long = "events", value_name = "SETS")]
+    pub events: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct RecordArgs {
+    /// Output recording (JSON lines).
+    #[arg(short = 'o', long = "output", default_value = "hwqos.jsonl", value_name = "FILE")]
+    pub output: PathBuf,
+    /// Also write the frames as CSV (one row per scope per tick).
+    #[arg(long = "csv", value_name = "FILE")]
+    pub csv: Option<PathBuf>,
+    /// Sampling rate in Hz.
+    #[arg(short = 'F', long = "freq", default_value_t = 10.0, value_name = "HZ")]
+    pub freq: f64,
+    /// Event sets rotated each tick: sets separated by `;`, events by `,`.
+    #[arg(short = 'e', long = "events", value_name = "SETS")]
+    pub events: Option<String>,
+    /// Stop after this many seconds (default: when the command or processes end, or on Ctrl-C).
+    #[arg(long = "duration", value_name = "SECS")]
+    pub duration: Option<f64>,
+    #[command(flatten)]
+    pub target: TargetArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct ReportArgs {
+    /// A recording written by `hwqos record` or hwqos-monitor (JSON lines).
+    pub recording: PathBuf,
+    /// One JSON object per scope and metric.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct PlotArgs {
+    /// A recording written by `hwqos record` or hwqos-monitor (JSON lines).
+    pub recording: PathBuf,
+    /// The SVG file to write.
+    #[arg(short = 'o', long = "output", value_name = "FILE.svg")]
+    pub output: PathBuf,
+    /// Only these metrics (repeatable; default: every metric in the recording).
+    #[arg(long = "metric", value_name = "M")]
+    pub metrics: Vec<String>,
+    /// Only these scopes, e.g. `pid:42`, `cpu:0`, `system` (repeatable).
+    #[arg(long = "scope", value_name = "S")]
+    pub scopes: Vec<String>,
+}

@@ -1,0 +1,185 @@
+//! `hwqos-testload`: a small deterministic workload for known-answer tests of
+//! `hwqos stat` / `hwqos record` (and for comparing them with `perf stat`).
+//!
+//! In this order it
+//! 0. sleeps `--delay-ms D` (so a test can attach with `-p` before the work);
+//! 1. touches `--pages K` fresh anonymous pages (one write each, transparent huge
+//!    pages disabled for the region, so each write is exactly one minor fault);
+//! 2. does `--round-trips N` one-byte ping-pongs over two pipes between the main
+//!    thread and a helper thread, both pinned to one CPU, so each round trip is
+//!    two context switches;
+//! 3. spins `--spin-iters M` iterations of a dependent integer recurrence (CPU
+//!    time proportional to M, no system calls);
+//! 4. sleeps `--sleep-ms S` (for tests that need a process that stays alive);
+//! 5. exits with `--exit CODE`.
+//!
+//! It is a test tool shipped with the CLI: it lets anyone reproduce the numbers
+//! in the acceptance tests against `perf stat` on their own machine.
+
+use std::hint::black_box;
+use std::io::{Read, Write};
+use std::process::ExitCode;
+
+#[derive(Debug, Default)]
+struct Plan {
+    pages: usize,
+    round_trips: u64,
+    spin_iters: u64,
+    sleep_ms: u64,
+    delay_ms: u64,
+    exit: u8,
+    cpu: usize,
+}
+
+fn parse_args() -> Result<Plan, String> {
+    let mut plan = Plan::default();
+    let mut args = std::env::args().skip(1);
+    while let Some(flag) = args.next() {
+        if flag == "--help" || flag == "-h" {
+            return Err(String::new());
+        }
+        let value = args
+            .next()
+            .ok_or_else(|| format!("{flag} needs a value"))?;
+        let num = |v: &str| {
+            v.parse::<u64>()
+                .map_err(|_| format!("{flag}: `{v}` is not a non-negative integer"))
+        };
+        match flag.as_str() {
+            "--pages" => plan.pages = num(&value)? as usize,
+            "--round-trips" => plan.round_trips = num(&value)?,
+            "--spin-iters" => plan.spin_iters = num(&value)?,
+            "--sleep-ms" => plan.sleep_ms = num(&value)?,
+            "--delay-ms" => plan.delay_ms = num(&value)?,
+            "--cpu" => plan.cpu = num(&value)? as usize,
+            "--exit" => {
+                plan.exit = u8::try_from(num(&value)?)
+                    .map_err(|_| format!("--exit: `{value}` is not in 0..=255"))?
+            }
+            _ => return Err(format!("unknown option `{flag}`")),
+        }
+    }
+    Ok(plan)
+}
+
+const USAGE: &str = "usage: hwqos-testload [--pages K] [--round-trips N] [--spin-iters M] \
+[--sleep-ms S] [--delay-ms D] [--cpu C] [--exit CODE]";
+
+fn main() -> ExitCode {
+    let plan = match parse_args() {
+        Ok(p) => p,
+        Err(e) if e.is_empty() => {
+            println!("{USAGE}");
+            return ExitCode::SUCCESS;
+        }
+        Err(e) => {
+            eprintln!("hwqos-testload: {e}\n{USAGE}");
+            return ExitCode::from(2);
+        }
+    };
+    if let Err(e) = run(&plan) {
+        eprintln!("hwqos-testload: {e}");
+        return ExitCode::from(1);
+    }
+    ExitCode::from(plan.exit)
+}
+
+fn run(plan: &Plan) -> Result<(), String> {
+    if plan.delay_ms > 0 {
+        std::thread::sleep(std::time::Duration::from_millis(plan.delay_ms));
+    }
+    if plan.pages > 0 {
+        touch_pages(plan.pages)?;
+    }
+    if plan.round_trips > 0 {
+        ping_pong(plan.round_trips, plan.cpu)?;
+    }
+    if plan.spin_iters > 0 {
+        black_box(spin(plan.spin_iters));
+    }
+    if plan.sleep_ms > 0 {
+        std::thread::sleep(std::time::Duration::from_millis(plan.sleep_ms));
+    }
+    Ok(())
+}
+
+/// Writes one byte to each of `pages` fresh pages of an anonymous mapping.
+fn touch_pages(pages: usize) -> Result<(), String> {
+    // SAFETY: sysconf has no preconditions.
+    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    let page = usize::try_from(page).map_err(|_| "sysconf(_SC_PAGESIZE) failed".to_string())?;
+    let len = pages
+        .checked_mul(page)
+        .ok_or_else(|| format!("{pages} pages overflow the address space"))?;
+    // SAFETY: a fresh private anonymous mapping; we only touch it within `len`.
+    let base = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        )
+    };
+    if base == libc::MAP_FAILED {
+        return Err(format!("mmap of {len} bytes: {}", std::io::Error::last_os_error()));
+    }
+    // Huge pages would turn 512 touches into one fault; the workload promises one
+    // fault per page. Failure (no THP support) leaves small pages anyway.
+    // SAFETY: `base`/`len` is the mapping created above.
+    unsafe { libc::madvise(base, len, libc::MADV_NOHUGEPAGE) };
+    let bytes = base.cast::<u8>();
+    for i in 0..pages {
+        // SAFETY: i * page < len, inside the mapping.
+        unsafe { std::ptr::write_volatile(bytes.add(i * page), 1) };
+    }
+    // SAFETY: unmapping exactly what was mapped.
+    unsafe { libc::munmap(base, len) };
+    Ok(())
+}
+
+fn pin_to_cpu(cpu: usize) -> Result<(), String> {
+    let mut set = nix::sched::CpuSet::new();
+    set.set(cpu).map_err(|e| format!("cpu {cpu}: {e}"))?;
+    nix::sched::sched_setaffinity(nix::unistd::Pid::from_raw(0), &set)
+        .map_err(|e| format!("pinning to cpu {cpu}: {e}"))
+}
+
+fn pipe() -> Result<(std::fs::File, std::fs::File), String> {
+    let (rx, tx) = nix::unistd::pipe().map_err(|e| format!("pipe: {e}"))?;
+    Ok((std::fs::File::from(rx), std::fs::File::from(tx)))
+}
+
+/// `n` round trips of one byte between this thread and a helper thread on the
+/// same CPU: every hand-over blocks one side and wakes the other.
+fn ping_pong(n: u64, cpu: usize) -> Result<(), String> {
+    let (mut ping_rx, mut ping_tx) = pipe()?;
+    let (mut pong_rx, mut pong_tx) = pipe()?;
+    pin_to_cpu(cpu)?;
+    let echo = std::thread::spawn(move || -> Result<(), String> {
+        pin_to_cpu(cpu)?;
+        let mut b = [0u8; 1];
+        for _ in 0..n {
+            ping_rx.read_exact(&mut b).map_err(|e| format!("echo read: {e}"))?;
+            pong_tx.write_all(&b).map_err(|e| format!("echo write: {e}"))?;
+        }
+        Ok(())
+    });
+    let mut b = [7u8; 1];
+    for _ in 0..n {
+        ping_tx.write_all(&b).map_err(|e| format!("ping write: {e}"))?;
+        pong_rx.read_exact(&mut b).map_err(|e| format!("pong read: {e}"))?;
+    }
+    echo.join().map_err(|_| "echo thread panicked".to_string())?
+}
+
+/// A dependent recurrence the compiler cannot shorten: CPU time grows linearly
+/// with `iters` and nothing else happens (no memory traffic, no system calls).
+fn spin(iters: u64) -> u64 {
+    let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
+    for i in 0..iters {
+        x = black_box(x.rotate_left(7) ^ i).wrapping_mul(0x2545_F491_4F6C_DD1D);
+    }
+    x
+}
