@@ -1,1 +1,132 @@
-fn main(){}
+//! `hwqos-monitor`: command-line glue around [`hwqos_monitor::service`].
+//! Exit codes: 0 success, 1 runtime failure, 2 fatal configuration error.
+
+use anyhow::Context;
+use clap::Parser;
+use hwqos_monitor::service::{self, Engine, MonitorError, RunOptions};
+use hwqos_monitor::{Config, ConfigError};
+use std::io::IsTerminal;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+/// Continuous hardware and software characteristics monitoring of this node.
+#[derive(Parser, Debug)]
+#[command(name = "hwqos-monitor", version, about)]
+struct Cli {
+    /// Configuration file (TOML). Without it, /etc/hwqos/monitor.toml if it
+    /// exists, else the built-in defaults.
+    #[arg(long, short = 'c', value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// Validate the configuration and exit (0: valid, 2: invalid).
+    #[arg(long)]
+    check_config: bool,
+    /// List the events this node offers, and why the others are unavailable.
+    #[arg(long)]
+    list_events: bool,
+    /// Sampling rate in Hz (overrides `rate_hz`, also across reloads).
+    #[arg(long, value_name = "HZ")]
+    rate: Option<f64>,
+    /// Sample one interval, print the frame as JSON and exit.
+    #[arg(long)]
+    once: bool,
+}
+
+const DEFAULT_CONFIG: &str = "/etc/hwqos/monitor.toml";
+
+fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .init();
+    let cli = Cli::parse();
+    match real_main(cli) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            let code = e
+                .downcast_ref::<MonitorError>()
+                .map(MonitorError::exit_code)
+                .or_else(|| e.downcast_ref::<ConfigError>().map(|_| 2))
+                .unwrap_or(1);
+            eprintln!("hwqos-monitor: {e:#}");
+            ExitCode::from(code as u8)
+        }
+    }
+}
+
+fn load(engine: &Engine, cli: &Cli) -> Result<(Config, Option<PathBuf>), MonitorError> {
+    let path = cli.config.clone().or_else(|| {
+        Path::new(DEFAULT_CONFIG)
+            .exists()
+            .then(|| PathBuf::from(DEFAULT_CONFIG))
+    });
+    match path {
+        Some(p) => Ok((engine.load_config(&p, cli.rate)?, Some(p))),
+        None => {
+            let check = engine.check_event.clone();
+            let mut config =
+                Config::parse("", Path::new("<built-in defaults>"), &move |n: &str| {
+                    check(n)
+                })?;
+            if let Some(rate) = cli.rate {
+                hwqos_monitor::config::check_rate(rate).map_err(|message| ConfigError {
+                    file: PathBuf::from("--rate"),
+                    position: None,
+                    key: None,
+                    message,
+                })?;
+                config.rate_hz = rate;
+            }
+            Ok((config, None))
+        }
+    }
+}
+
+fn real_main(cli: Cli) -> anyhow::Result<()> {
+    let engine = Engine::this_node();
+    if cli.list_events {
+        print!("{}", list_events());
+        return Ok(());
+    }
+    let (config, path) = load(&engine, &cli)?;
+    if cli.check_config {
+        let name = path
+            .as_deref()
+            .map_or("<built-in defaults>".into(), |p| p.display().to_string());
+        println!("{name}: configuration is valid");
+        return Ok(());
+    }
+    if cli.once {
+        let frame = service::sample_once(&config, &engine)?;
+        println!(
+            "{}",
+            serde_json::to_string(&frame).context("encoding the frame")?
+        );
+        return Ok(());
+    }
+    service::run_with(
+        config,
+        path,
+        engine,
+        RunOptions {
+            rate_override: cli.rate,
+            ..RunOptions::default()
+        },
+    )?;
+    Ok(())
+}
+
+fn list_events() -> String {
+    use hwqos_pmu::backend::perf::PerfBackend;
+    use hwqos_pmu::catalog::Catalog;
+    use hwqos_pmu::spec;
+    let catalog = Catalog::for_this_node();
+    let names = catalog.listing_names();
+    let names: Vec<&str> = names.iter().map(String::as_str).collect();
+    let mut backend = PerfBackend::new();
+    let statuses = spec::check_availability(&catalog, &mut backend, &names);
+    spec::render_event_table(&statuses)
+}

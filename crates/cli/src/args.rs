@@ -6,10 +6,16 @@ use std::path::PathBuf;
 /// hwqos: hardware and software characteristics of a Linux node — count events
 /// like `perf stat`, watch processes and CPUs live, record, summarize and plot.
 #[derive(Debug, Parser)]
-#[command(name = "hwqos", version, propagate_version = true, arg_required_else_help = true)]
+#[command(
+    name = "hwqos",
+    version,
+    propagate_version = true,
+    arg_required_else_help = true,
+    args_conflicts_with_subcommands = true
+)]
 pub struct Cli {
     /// Same as `hwqos list`: the events this node offers and why the rest is unavailable.
-    #[arg(long = "list-events", conflicts_with = "command")]
+    #[arg(long = "list-events")]
     pub list_events: bool,
     /// With --list-events: one JSON object per event.
     #[arg(long, requires = "list_events")]
@@ -39,7 +45,13 @@ pub enum Command {
 #[derive(Debug, Args, Clone, Default)]
 pub struct TargetArgs {
     /// Attach to existing processes (all their threads), comma-separated pids.
-    #[arg(short = 'p', long = "pid", value_delimiter = ',', value_name = "PID", conflicts_with = "all_cpus")]
+    #[arg(
+        short = 'p',
+        long = "pid",
+        value_delimiter = ',',
+        value_name = "PID",
+        conflicts_with = "all_cpus"
+    )]
     pub pids: Vec<u32>,
     /// System-wide: count on every online CPU (needs root or perf_event_paranoid ≤ 0).
     #[arg(short = 'a', long = "all-cpus")]
@@ -62,7 +74,12 @@ pub struct StatArgs {
     #[arg(short = 'I', long = "interval-print", value_name = "MS")]
     pub interval_ms: Option<u64>,
     /// CSV-like output with this field separator (perf's `-x`).
-    #[arg(short = 'x', long = "field-separator", value_name = "SEP", conflicts_with = "json")]
+    #[arg(
+        short = 'x',
+        long = "field-separator",
+        value_name = "SEP",
+        conflicts_with = "json"
+    )]
     pub separator: Option<String>,
     /// One JSON object per counter and scope, per line.
     #[arg(long)]
@@ -84,7 +101,12 @@ pub struct ListArgs {
 #[derive(Debug, Args)]
 pub struct TopArgs {
     /// Seconds between updates.
-    #[arg(short = 'd', long = "delay", default_value_t = 1.0, value_name = "SECS")]
+    #[arg(
+        short = 'd',
+        long = "delay",
+        default_value_t = 1.0,
+        value_name = "SECS"
+    )]
     pub delay: f64,
     /// Stop after this many updates (default: run until Ctrl-C).
     #[arg(short = 'n', long = "iterations", value_name = "N")]
@@ -105,7 +127,12 @@ pub struct TopArgs {
 #[derive(Debug, Args)]
 pub struct RecordArgs {
     /// Output recording (JSON lines).
-    #[arg(short = 'o', long = "output", default_value = "hwqos.jsonl", value_name = "FILE")]
+    #[arg(
+        short = 'o',
+        long = "output",
+        default_value = "hwqos.jsonl",
+        value_name = "FILE"
+    )]
     pub output: PathBuf,
     /// Also write the frames as CSV (one row per scope per tick).
     #[arg(long = "csv", value_name = "FILE")]
@@ -145,4 +172,42 @@ pub struct PlotArgs {
     /// Only these scopes, e.g. `pid:42`, `cpu:0`, `system` (repeatable).
     #[arg(long = "scope", value_name = "S")]
     pub scopes: Vec<String>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn command_line_definition_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn stat_takes_the_command_after_double_dash() {
+        let cli = Cli::try_parse_from([
+            "hwqos",
+            "stat",
+            "-e",
+            "task-clock",
+            "-I",
+            "100",
+            "--",
+            "ls",
+            "-l",
+        ])
+        .unwrap();
+        let Some(Command::Stat(a)) = cli.command else {
+            panic!("not stat")
+        };
+        assert_eq!(a.target.command, ["ls", "-l"]);
+        assert_eq!(a.interval_ms, Some(100));
+        assert!(Cli::try_parse_from(["hwqos", "stat", "-p", "1", "-a"]).is_err());
+        assert!(
+            Cli::try_parse_from(["hwqos", "--list-events", "--json"])
+                .unwrap()
+                .list_events
+        );
+    }
 }

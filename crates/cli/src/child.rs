@@ -198,7 +198,8 @@ pub fn catch_interrupts() -> Result<()> {
     );
     for sig in [Signal::SIGINT, Signal::SIGTERM] {
         // SAFETY: the handler only stores to an atomic.
-        unsafe { sigaction(sig, &action) }.with_context(|| format!("installing a {sig} handler"))?;
+        unsafe { sigaction(sig, &action) }
+            .with_context(|| format!("installing a {sig} handler"))?;
     }
     Ok(())
 }
@@ -241,7 +242,10 @@ mod tests {
         let child = HeldChild::spawn(&["/nonexistent/hwqos-no-such-cmd".into()]).unwrap();
         let err = child.release().unwrap_err();
         let text = format!("{err:#}");
-        assert!(text.contains("cannot run `/nonexistent/hwqos-no-such-cmd`"), "{text}");
+        assert!(
+            text.contains("cannot run `/nonexistent/hwqos-no-such-cmd`"),
+            "{text}"
+        );
         assert!(text.contains("No such file"), "{text}");
     }
 
@@ -249,8 +253,7 @@ mod tests {
     fn dropped_child_never_runs() {
         let dir = tempfile::tempdir().unwrap();
         let marker = dir.path().join("ran");
-        let child =
-            HeldChild::spawn(&["touch".into(), marker.display().to_string()]).unwrap();
+        let child = HeldChild::spawn(&["touch".into(), marker.display().to_string()]).unwrap();
         assert!(process_alive(child.pid()));
         drop(child);
         assert!(!marker.exists());

@@ -4,27 +4,41 @@
 //!
 //! - [`args`]: the clap definitions;
 //! - [`stat`], [`stat_run`]: `hwqos stat` (perf-stat-like counting);
+//! - [`list`]: event names and their availability here;
 //! - [`child`]: starting a measured command held until its counters are enabled;
+//! - [`top`]: the live per-process / per-CPU view;
+//! - [`record`]: recordings made with the monitor engine;
 //! - [`report`], [`plot`]: summaries and SVG plots of recordings;
 //! - [`error`]: exit codes (2 for usage and configuration errors).
 
 pub mod args;
 pub mod child;
 pub mod error;
+pub mod list;
 pub mod plot;
+pub mod record;
 pub mod report;
 pub mod stat;
 pub mod stat_run;
+pub mod top;
 
 use anyhow::Result;
 use args::{Cli, Command};
 
 /// Runs a parsed command line; returns the process exit code.
 pub fn run(cli: Cli) -> Result<u8> {
+    if cli.list_events {
+        list::run(cli.json, &mut std::io::stdout().lock())?;
+        return Ok(0);
+    }
     match cli.command {
+        Some(Command::List(a)) => {
+            list::run(a.json, &mut std::io::stdout().lock())?;
+            Ok(0)
+        }
         Some(Command::Stat(a)) => {
             let mut backend = hwqos_pmu::backend::perf::PerfBackend::new();
-            let mut resolve = node_resolver()?;
+            let mut resolve = node_resolver();
             let stdout = std::io::stdout();
             let mut out = stdout.lock();
             stat_run::run(
@@ -36,6 +50,7 @@ pub fn run(cli: Cli) -> Result<u8> {
                 },
             )
         }
+        Some(Command::Record(a)) => record::run(&a),
         Some(Command::Report(a)) => {
             report::run(&a.recording, a.json, &mut std::io::stdout().lock())?;
             Ok(0)
@@ -44,16 +59,16 @@ pub fn run(cli: Cli) -> Result<u8> {
             plot::run(&a.recording, &a.output, &a.metrics, &a.scopes)?;
             Ok(0)
         }
-        _ => Err(error::usage("this subcommand is not built yet")),
+        Some(Command::Top(a)) => {
+            top::run(&a, &mut std::io::stdout().lock())?;
+            Ok(0)
+        }
+        None => Err(error::usage("no subcommand given (see hwqos --help)")),
     }
 }
 
 /// Resolves event names through this node's catalog.
-pub fn node_resolver() -> Result<impl FnMut(&str) -> Result<hwqos_pmu::Event, hwqos_pmu::PmuError>> {
-    Ok(|name: &str| {
-        Err(hwqos_pmu::PmuError::UnknownEvent {
-            name: name.to_string(),
-            reason: "the catalog is not available yet".into(),
-        })
-    })
+pub fn node_resolver() -> impl FnMut(&str) -> Result<hwqos_pmu::Event, hwqos_pmu::PmuError> {
+    let catalog = hwqos_pmu::catalog::Catalog::for_this_node();
+    move |name: &str| catalog.resolve(name)
 }

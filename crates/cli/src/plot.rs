@@ -67,7 +67,9 @@ pub fn select(frames: &[Frame], filter: &PlotFilter) -> Result<(Panels, usize)> 
     }
     for m in &filter.metrics {
         if !panels.keys().any(|k| k.as_str() == m) {
-            return Err(usage(format!("--metric {m}: not in the recording (for the selected scopes)")));
+            return Err(usage(format!(
+                "--metric {m}: not in the recording (for the selected scopes)"
+            )));
         }
     }
     let mut truncated = 0;
@@ -104,9 +106,15 @@ pub fn render_svg(frames: &[Frame], filter: &PlotFilter, title: &str) -> Result<
         if !is_cpi_component(metric) {
             continue;
         }
-        let part = metric.as_str().trim_start_matches("derived.cpi.").to_string();
+        let part = metric
+            .as_str()
+            .trim_start_matches("derived.cpi.")
+            .to_string();
         for (scope, col) in lines {
-            stack.entry(scope.clone()).or_default().insert(part.clone(), mean(&col.values));
+            stack
+                .entry(scope.clone())
+                .or_default()
+                .insert(part.clone(), mean(&col.values));
         }
     }
     let n_panels = panels.len() + usize::from(!stack.is_empty());
@@ -122,7 +130,8 @@ pub fn render_svg(frames: &[Frame], filter: &PlotFilter, title: &str) -> Result<
             ));
         }
         let (head, body) = root.split_vertically(40);
-        head.titled(&caption, ("sans-serif", 20)).map_err(draw_err)?;
+        head.titled(&caption, ("sans-serif", 20))
+            .map_err(draw_err)?;
         let areas = body.split_evenly((n_panels, 1));
         let t_max = frames
             .last()
@@ -152,15 +161,28 @@ fn draw_series_panel<DB: DrawingBackend>(
 where
     DB::ErrorType: 'static,
 {
-    let values = lines.iter().flat_map(|(_, c)| c.values.iter().copied()).filter(|v| v.is_finite());
-    let (lo, hi) = values.fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), v| (lo.min(v), hi.max(v)));
-    let (lo, hi) = if lo.is_finite() { (lo.min(0.0), hi) } else { (0.0, 1.0) };
-    let hi = if hi > lo { hi + (hi - lo) * 0.05 } else { lo + 1.0 };
+    let values = lines
+        .iter()
+        .flat_map(|(_, c)| c.values.iter().copied())
+        .filter(|v| v.is_finite());
+    let (lo, hi) = values.fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), v| {
+        (lo.min(v), hi.max(v))
+    });
+    let (lo, hi) = if lo.is_finite() {
+        (lo.min(0.0), hi)
+    } else {
+        (0.0, 1.0)
+    };
+    let hi = if hi > lo {
+        hi + (hi - lo) * 0.05
+    } else {
+        lo + 1.0
+    };
     let unit = format!("{:?}", metric.info().unit).to_lowercase();
     let mut chart = ChartBuilder::on(area)
         .caption(format!("{metric} [{unit}]"), ("sans-serif", 16))
         .margin(8)
-        .x_label_area_size(28)
+        .x_label_area_size(40)
         .y_label_area_size(70)
         .build_cartesian_2d(0f64..t_max, lo..hi)
         .map_err(draw_err)?;
@@ -183,7 +205,9 @@ where
             .draw_series(LineSeries::new(points, color.stroke_width(2)))
             .map_err(draw_err)?
             .label(scope_name(scope, col))
-            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], color.stroke_width(2)));
+            .legend(move |(x, y)| {
+                PathElement::new(vec![(x, y), (x + 18, y)], color.stroke_width(2))
+            });
     }
     chart
         .configure_series_labels()
@@ -211,15 +235,26 @@ where
     };
     let total_max = stack
         .values()
-        .map(|m| m.values().filter(|v| v.is_finite() && **v > 0.0).sum::<f64>())
+        .map(|m| {
+            m.values()
+                .filter(|v| v.is_finite() && **v > 0.0)
+                .sum::<f64>()
+        })
         .fold(0.0, f64::max);
-    let y_max = if total_max > 0.0 { total_max * 1.1 } else { 1.0 };
+    let y_max = if total_max > 0.0 {
+        total_max * 1.1
+    } else {
+        1.0
+    };
     let n = scopes.len();
     let labels: Vec<String> = scopes.iter().map(|s| s.to_string()).collect();
     let mut chart = ChartBuilder::on(area)
-        .caption("CPI stack (mean cycles per instruction by component)", ("sans-serif", 16))
+        .caption(
+            "CPI stack (mean cycles per instruction by component)",
+            ("sans-serif", 16),
+        )
         .margin(8)
-        .x_label_area_size(28)
+        .x_label_area_size(40)
         .y_label_area_size(70)
         .build_cartesian_2d(0f64..n as f64, 0f64..y_max)
         .map_err(draw_err)?;
@@ -289,7 +324,10 @@ fn format_axis(v: f64) -> String {
 pub fn run(recording: &Path, output: &Path, metrics: &[String], scopes: &[String]) -> Result<()> {
     let scopes = scopes
         .iter()
-        .map(|s| s.parse::<Scope>().map_err(|e| usage(format!("--scope: {e}"))))
+        .map(|s| {
+            s.parse::<Scope>()
+                .map_err(|e| usage(format!("--scope: {e}")))
+        })
         .collect::<Result<Vec<_>>>()?;
     let rec = report::load(recording)?;
     let title = format!(

@@ -88,8 +88,15 @@ pub fn summarize(frames: &[Frame]) -> Vec<ReportRow> {
     let mut rows = Vec::new();
     for (scope, metrics) in columns(frames) {
         for (metric, col) in metrics {
-            let finite: Vec<f64> = col.values.iter().copied().filter(|v| v.is_finite()).collect();
-            let Some(s) = stats::summarize(&finite) else { continue };
+            let finite: Vec<f64> = col
+                .values
+                .iter()
+                .copied()
+                .filter(|v| v.is_finite())
+                .collect();
+            let Some(s) = stats::summarize(&finite) else {
+                continue;
+            };
             rows.push(ReportRow {
                 schema: REPORT_SCHEMA,
                 scope: scope.to_string(),
@@ -148,8 +155,18 @@ pub fn render_text(header: &RecordingHeader, frames: &[Frame], rows: &[ReportRow
     );
     let _ = writeln!(
         out,
-        "{:<14} {:<16} {:<28} {:>6} {:>11} {:>11} {:>11} {:>11} {:>11} {:>25} {:>6}",
-        "scope", "label", "metric", "n", "mean", "median", "p99", "min", "max", "95% CI of mean", "mux%"
+        "{:<14} {:<16} {:<36} {:>6} {:>11} {:>11} {:>11} {:>11} {:>11} {:>25} {:>6}",
+        "scope",
+        "label",
+        "metric",
+        "n",
+        "mean",
+        "median",
+        "p99",
+        "min",
+        "max",
+        "95% CI of mean",
+        "mux%"
     );
     for r in rows {
         let ci = match (r.ci95_low, r.ci95_high) {
@@ -158,7 +175,7 @@ pub fn render_text(header: &RecordingHeader, frames: &[Frame], rows: &[ReportRow
         };
         let _ = writeln!(
             out,
-            "{:<14} {:<16} {:<28} {:>6} {:>11} {:>11} {:>11} {:>11} {:>11} {:>25} {:>6.1}",
+            "{:<14} {:<16} {:<36} {:>6} {:>11} {:>11} {:>11} {:>11} {:>11} {:>25} {:>6.1}",
             r.scope,
             r.label.as_deref().unwrap_or("-"),
             r.metric,
@@ -214,8 +231,19 @@ mod tests {
             time,
             interval_ns: 100_000_000,
             samples: vec![
-                Sample::counter(time, scope.clone(), MetricName::from_static("sw.page_faults"), reading).unwrap(),
-                Sample::gauge(time, Scope::Cpu { cpu: 0 }, MetricName::from_static("os.cpu.util"), 0.5),
+                Sample::counter(
+                    time,
+                    scope.clone(),
+                    MetricName::from_static("sw.page_faults"),
+                    reading,
+                )
+                .unwrap(),
+                Sample::gauge(
+                    time,
+                    Scope::Cpu { cpu: 0 },
+                    MetricName::from_static("os.cpu.util"),
+                    0.5,
+                ),
             ],
             labels: vec![hwqos_core::ScopeLabel {
                 scope,
@@ -241,10 +269,13 @@ mod tests {
         assert_eq!(faults.min, 10.0);
         assert_eq!(faults.max, 100.0);
         assert!((faults.multiplexed_share - 0.2).abs() < 1e-12);
-        // s = sqrt(1000) = 31.623; t(0.975, 4) = 2.7764 → half width 39.26
+        // s = sqrt(5000 / 4) = 35.355; t(0.975, 4) = 2.7764 → half width 2.7764 · 35.355 / √5 = 43.90
         let half = faults.ci95_high.unwrap() - faults.mean;
-        assert!((half - 39.26).abs() < 0.01, "{half}");
+        assert!((half - 43.90).abs() < 0.01, "{half}");
         let util = rows.iter().find(|r| r.metric == "os.cpu.util").unwrap();
-        assert_eq!((util.count, util.mean, util.multiplexed_share), (5, 0.5, 0.0));
+        assert_eq!(
+            (util.count, util.mean, util.multiplexed_share),
+            (5, 0.5, 0.0)
+        );
     }
 }

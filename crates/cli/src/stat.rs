@@ -15,7 +15,7 @@
 use anyhow::{Context, Result};
 use hwqos_core::metric::Unit;
 use hwqos_core::{CounterReading, MetricName, Scope};
-use hwqos_pmu::backend::{CounterBackend, CountTarget, GroupId};
+use hwqos_pmu::backend::{CountTarget, CounterBackend, GroupId};
 use hwqos_pmu::{Event, PmuError};
 use serde::Serialize;
 use std::fmt::Write as _;
@@ -86,7 +86,10 @@ impl StatEvent {
     }
 
     pub fn unit(&self) -> Unit {
-        self.metric.as_ref().map(|m| m.info().unit).unwrap_or(Unit::Events)
+        self.metric
+            .as_ref()
+            .map(|m| m.info().unit)
+            .unwrap_or(Unit::Events)
     }
 
     fn is_task_clock(&self) -> bool {
@@ -205,7 +208,9 @@ impl CounterSet {
     ) -> Result<CounterSet> {
         let mut groups = vec![vec![Vec::new(); events.len()]; scopes.len()];
         for (ei, ev) in events.iter_mut().enumerate() {
-            let Some(event) = ev.event.clone() else { continue };
+            let Some(event) = ev.event.clone() else {
+                continue;
+            };
             let mut refused = None;
             'scopes: for (si, scope) in scopes.iter().enumerate() {
                 for target in &scope.targets {
@@ -224,8 +229,9 @@ impl CounterSet {
                             for cell in groups.iter().flatten().flatten() {
                                 backend.close(*cell);
                             }
-                            return Err(anyhow::Error::new(e))
-                                .with_context(|| format!("opening `{}` on {}", ev.name, scope.scope));
+                            return Err(anyhow::Error::new(e)).with_context(|| {
+                                format!("opening `{}` on {}", ev.name, scope.scope)
+                            });
                         }
                     }
                 }
@@ -356,7 +362,11 @@ pub struct StatLine {
 }
 
 /// Builds the JSON/CSV records of a set of readings.
-pub fn stat_lines(events: &[StatEvent], readings: &[Reading], interval: Option<f64>) -> Vec<StatLine> {
+pub fn stat_lines(
+    events: &[StatEvent],
+    readings: &[Reading],
+    interval: Option<f64>,
+) -> Vec<StatLine> {
     readings
         .iter()
         .map(|r| {
@@ -542,8 +552,9 @@ pub fn render(
                         } else {
                             format!("{v:.0}")
                         };
-                        let mut line = format!("{value:>18} {unit:<5} {:<32}", ev.name);
-                        if let Some((mv, mu)) = shadow_metric(events, readings, r, info.elapsed_ns) {
+                        let mut line = format!("{value:>18} {unit:<4} {:<32}", ev.name);
+                        if let Some((mv, mu)) = shadow_metric(events, readings, r, info.elapsed_ns)
+                        {
                             let _ = write!(line, " #  {mv:>8.3} {mu}");
                         }
                         if c.multiplexed() {
@@ -552,12 +563,12 @@ pub fn render(
                         let _ = writeln!(out, "{}", line.trim_end());
                     }
                     (None, _) => {
-                        let _ = writeln!(out, "{:>18} {unit:<5} {}", "<not counted>", ev.name);
+                        let _ = writeln!(out, "{:>18} {unit:<4} {}", "<not counted>", ev.name);
                     }
                     (Some(reason), _) => {
                         let _ = writeln!(
                             out,
-                            "{:>18} {unit:<5} {:<32} #  {reason}",
+                            "{:>18} {unit:<4} {:<32} #  {reason}",
                             "<not supported>", ev.name
                         );
                     }
@@ -607,23 +618,42 @@ mod tests {
     fn json_lines_carry_scaling_and_units() {
         let mut unsupported = ev("cycles", "hw.cycles");
         unsupported.mark_unavailable("no PMU".into());
-        let events = vec![ev("task-clock", "sw.task_clock"), ev("page-faults", "sw.page_faults"), unsupported];
+        let events = vec![
+            ev("task-clock", "sw.task_clock"),
+            ev("page-faults", "sw.page_faults"),
+            unsupported,
+        ];
         let scope = Scope::Process { pid: 42 };
         let readings = vec![
             Reading {
                 scope: scope.clone(),
                 event: 0,
-                counter: Some(CounterReading { raw: 2_000_000, time_enabled: 10, time_running: 10 }),
+                counter: Some(CounterReading {
+                    raw: 2_000_000,
+                    time_enabled: 10,
+                    time_running: 10,
+                }),
             },
             Reading {
                 scope: scope.clone(),
                 event: 1,
-                counter: Some(CounterReading { raw: 300, time_enabled: 10, time_running: 5 }),
+                counter: Some(CounterReading {
+                    raw: 300,
+                    time_enabled: 10,
+                    time_running: 5,
+                }),
             },
-            Reading { scope, event: 2, counter: None },
+            Reading {
+                scope,
+                event: 2,
+                counter: None,
+            },
         ];
         let lines = stat_lines(&events, &readings, None);
-        let v: Vec<serde_json::Value> = lines.iter().map(|l| serde_json::to_value(l).unwrap()).collect();
+        let v: Vec<serde_json::Value> = lines
+            .iter()
+            .map(|l| serde_json::to_value(l).unwrap())
+            .collect();
         assert_eq!(v[0]["event"], "task-clock");
         assert_eq!(v[0]["unit"], "nanoseconds");
         assert_eq!(v[0]["value"], 2_000_000.0);
@@ -635,14 +665,23 @@ mod tests {
         assert!(v[2]["value"].is_null());
         assert!(v[2]["unavailable"].as_str().unwrap().contains("no PMU"));
 
-        let info = RunInfo { what: "'x'".into(), elapsed_ns: 4_000_000 };
+        let info = RunInfo {
+            what: "'x'".into(),
+            elapsed_ns: 4_000_000,
+        };
         let text = render(&Format::Text, &events, &readings, &info, None);
         assert!(text.contains("2.00 msec task-clock"), "{text}");
         assert!(text.contains("0.500 CPUs utilized"), "{text}");
         // 600 faults over 2 ms of task clock = 300 K/sec, shown with the 50 % running share.
         assert!(text.contains("300.000 K/sec  (50.00%)"), "{text}");
-        assert!(text.contains("<not supported>       cycles"), "{text}");
-        let csv = render(&Format::Separated(",".into()), &events, &readings, &info, None);
+        assert!(text.contains("<not supported>      cycles"), "{text}");
+        let csv = render(
+            &Format::Separated(",".into()),
+            &events,
+            &readings,
+            &info,
+            None,
+        );
         assert_eq!(
             csv.lines().collect::<Vec<_>>(),
             vec![

@@ -22,7 +22,11 @@ pub struct StatEnv<'a> {
 
 /// The event names to count: `-e` lists (split outside `pmu/…/` terms), or perf's default list.
 pub fn requested_events(args: &StatArgs) -> Vec<String> {
-    let names: Vec<String> = args.events.iter().flat_map(|e| stat::split_event_list(e)).collect();
+    let names: Vec<String> = args
+        .events
+        .iter()
+        .flat_map(|e| stat::split_event_list(e))
+        .collect();
     if args.events.is_empty() {
         stat::DEFAULT_EVENTS.iter().map(|s| s.to_string()).collect()
     } else {
@@ -160,7 +164,11 @@ pub fn run(args: &StatArgs, env: StatEnv<'_>) -> Result<u8> {
                 ticks += 1;
                 let now = set.read(backend)?;
                 let deltas: Vec<Reading> = match &previous {
-                    Some(prev) => now.iter().zip(prev).map(|(n, p)| n.delta_since(p)).collect(),
+                    Some(prev) => now
+                        .iter()
+                        .zip(prev)
+                        .map(|(n, p)| n.delta_since(p))
+                        .collect(),
                     None => now.clone(),
                 };
                 let info = RunInfo {
@@ -168,7 +176,10 @@ pub fn run(args: &StatArgs, env: StatEnv<'_>) -> Result<u8> {
                     elapsed_ns: interval.map_or(0, |i| i.as_nanos() as u64),
                 };
                 let t = start.elapsed().as_secs_f64();
-                write_out(out, &stat::render(&format, &set.events, &deltas, &info, Some(t)))?;
+                write_out(
+                    out,
+                    &stat::render(&format, &set.events, &deltas, &info, Some(t)),
+                )?;
                 previous = Some(now);
             }
         }
@@ -177,7 +188,10 @@ pub fn run(args: &StatArgs, env: StatEnv<'_>) -> Result<u8> {
     let totals = set.read(backend)?;
     set.disable(backend)?;
     let info = RunInfo { what, elapsed_ns };
-    write_out(out, &stat::render(&format, &set.events, &totals, &info, None))?;
+    write_out(
+        out,
+        &stat::render(&format, &set.events, &totals, &info, None),
+    )?;
     set.close(backend);
     Ok(u8::try_from(status).unwrap_or(255))
 }
@@ -215,7 +229,9 @@ fn wait_for_end(until: &Until, deadline: Option<Instant>) -> Result<Wait> {
                     anyhow::bail!("lost track of the command")
                 }
             },
-            None => Ok(Wait::Ended(Some(rx.recv().context("lost track of the command")??))),
+            None => Ok(Wait::Ended(Some(
+                rx.recv().context("lost track of the command")??,
+            ))),
         },
         Until::Processes(_) | Until::Interrupt => loop {
             if child::interrupted() {

@@ -46,7 +46,7 @@ impl Section {
 /// (one first-order section last for odd orders). Each section has unity gain
 /// at DC. `None` for an order outside 1..=[`MAX_ORDER`] or a cutoff outside (0, 1).
 pub fn butterworth_lowpass_sections(order: usize, cutoff: f64) -> Option<Vec<Section>> {
-    if !(1..=MAX_ORDER).contains(&order) || !(cutoff > 0.0 && cutoff < 1.0) {
+    if !(1..=MAX_ORDER).contains(&order) || cutoff.is_nan() || cutoff <= 0.0 || cutoff >= 1.0 {
         return None;
     }
     // Pre-warped analog cutoff for the bilinear transform s = 2·fs·(z−1)/(z+1)

@@ -371,6 +371,29 @@ fn absolute_sleep_until(deadline: u64) {
     }
 }
 
+/// Sets the calling thread's timer slack (`prctl(PR_SET_TIMERSLACK)`): how
+/// much later than asked the kernel may wake it so that it can batch wake-ups.
+/// The default for normal threads is 50 µs; a sampling thread can ask for 1 ns
+/// to make absolute sleeps more accurate. 0 restores the thread's default.
+pub fn set_thread_timer_slack(slack_ns: u64) -> std::io::Result<()> {
+    let slack = libc::c_ulong::try_from(slack_ns)
+        .map_err(|_| std::io::Error::from(std::io::ErrorKind::InvalidInput))?;
+    // SAFETY: PR_SET_TIMERSLACK takes one integer argument and touches no memory.
+    let rc = unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, slack, 0, 0, 0) };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
+}
+
+/// The calling thread's current timer slack in nanoseconds.
+pub fn thread_timer_slack() -> std::io::Result<u64> {
+    // SAFETY: PR_GET_TIMERSLACK takes no pointer arguments.
+    let rc = unsafe { libc::prctl(libc::PR_GET_TIMERSLACK, 0, 0, 0, 0) };
+    u64::try_from(rc).map_err(|_| std::io::Error::last_os_error())
+}
+
 /// Why a [`Ticker`] cannot be built with the requested period.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum TickerError {
@@ -427,6 +450,19 @@ pub struct Tick {
 /// a period, the deadlines already passed are skipped, counted in
 /// [`Tick::missed`], and the ticker waits for the next deadline on the same
 /// grid.
+///
+/// ```
+/// use hwqos_core::{SleepStrategy, Ticker};
+/// use std::time::Duration;
+///
+/// let mut ticker = Ticker::new(Duration::from_millis(2))?.with_strategy(SleepStrategy::Absolute);
+/// let first = ticker.wait();
+/// let second = ticker.wait();
+/// assert_eq!(second.seq, first.seq + 1 + second.missed);
+/// assert_eq!(second.deadline_ns - first.deadline_ns, (second.seq - first.seq) * 2_000_000);
+/// assert!(second.woke_ns >= second.deadline_ns);
+/// # Ok::<(), hwqos_core::TickerError>(())
+/// ```
 #[derive(Clone, Debug)]
 pub struct Ticker {
     period_ns: u64,

@@ -3,8 +3,9 @@
 //! never ends before its deadline) and exact grid arithmetic.
 
 use hwqos_core::ticker::{
-    sleep_for, sleep_until, LatencyHistogram, ParseStrategyError, SlackEstimator, SleepErrorStats,
-    SleepStrategy, Tick, Ticker, TickerError, DEFAULT_HYBRID_SPIN_NS, MAX_PERIOD,
+    set_thread_timer_slack, sleep_for, sleep_until, thread_timer_slack, LatencyHistogram,
+    ParseStrategyError, SlackEstimator, SleepErrorStats, SleepStrategy, Tick, Ticker, TickerError,
+    DEFAULT_HYBRID_SPIN_NS, MAX_PERIOD,
 };
 use hwqos_core::time::monotonic_ns;
 use std::time::Duration;
@@ -432,4 +433,21 @@ fn sleep_error_statistics_known_answers() {
     let mut early = SleepErrorStats::new();
     early.record(100, 90);
     assert_eq!(early.summary().unwrap().aesm_ns, -10.0);
+}
+
+#[test]
+fn thread_timer_slack_can_be_set_per_thread() {
+    // Timer slack is per thread: change it on a thread of our own only.
+    std::thread::spawn(|| {
+        let default = thread_timer_slack().unwrap();
+        set_thread_timer_slack(1_000).unwrap();
+        assert_eq!(thread_timer_slack().unwrap(), 1_000);
+        set_thread_timer_slack(1).unwrap();
+        assert_eq!(thread_timer_slack().unwrap(), 1);
+        // 0 restores the default.
+        set_thread_timer_slack(0).unwrap();
+        assert_eq!(thread_timer_slack().unwrap(), default);
+    })
+    .join()
+    .unwrap();
 }

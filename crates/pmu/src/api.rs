@@ -305,12 +305,7 @@ pub enum Request {
     Status,
 }
 
-/// An event the monitor could not count, and why.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct UnavailableEvent {
-    pub name: String,
-    pub reason: String,
-}
+pub use crate::sampler::UnavailableEvent;
 
 /// The monitor's state, as answered to `{"op":"status"}`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -772,7 +767,9 @@ mod tests {
             .unwrap(),
             r#"{"op":"set_event_sets","sets":[["sw.task_clock"]]}"#
         );
-        assert!(serde_json::from_str::<Request>(r#"{"op":"status","bogus":1}"#).is_err());
+        assert!(
+            serde_json::from_str::<Request>(r#"{"op":"subscribe","scope":["cpu:*"]}"#).is_err()
+        );
         assert!(serde_json::from_str::<Request>(r#"{"op":"dance"}"#).is_err());
         let e = serde_json::from_str::<Request>(r#"{"op":"subscribe","scopes":["disk:1"]}"#)
             .unwrap_err();

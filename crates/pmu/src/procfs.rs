@@ -9,13 +9,18 @@
 //! counters and emits the gauges. Counter-like values are plain numbers here
 //! (`Sample::counter` is `None`): the kernel does not multiplex them.
 //!
+//! The kernel accounts CPU time in clock ticks (`USER_HZ`, normally 100 per
+//! second), so at sampling rates near or above that the per-interval ratios and
+//! `os.proc.cpu` are coarse (an interval without a tick reports no CPU ratios);
+//! use `sw.task_clock` for fine-grained CPU time.
+//!
 //! The parsers are public so other tools can read the same files; malformed
 //! content gives a [`ProcParseError`] saying what was wrong, never a panic.
 
 use crate::target::is_gone;
 use crate::PmuError;
 use hwqos_core::{MetricName, Sample, Scope, Timestamp};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::io;
 use std::path::{Path, PathBuf};
 
@@ -347,6 +352,8 @@ pub struct ProcfsSampler {
     page_size: u64,
     system: Option<SystemSnapshot>,
     procs: HashMap<u32, ProcSnapshot>,
+    /// Pids whose unreadable stat file was already logged (log once, not every tick).
+    complained: HashSet<u32>,
 }
 
 fn metric(name: &'static str) -> MetricName {
@@ -371,6 +378,7 @@ impl ProcfsSampler {
             },
             system: None,
             procs: HashMap::new(),
+            complained: HashSet::new(),
         }
     }
 
@@ -475,7 +483,8 @@ impl ProcfsSampler {
             Err(e) => {
                 match &e {
                     PmuError::Io { source, .. } if is_gone(source) => {}
-                    _ => tracing::warn!("process {pid}: {e}"),
+                    _ if self.complained.insert(pid) => tracing::warn!("process {pid}: {e}"),
+                    _ => {}
                 }
                 self.procs.remove(&pid);
                 return None;
@@ -540,6 +549,7 @@ impl ProcfsSampler {
     /// Drops the state kept for `pid` (call when it stops being a target).
     pub fn forget(&mut self, pid: u32) {
         self.procs.remove(&pid);
+        self.complained.remove(&pid);
     }
 
     /// The pids whose counters are primed.

@@ -111,6 +111,7 @@ struct Monitored {
 /// Per-target counter rotation, scaling and derived metrics; see the module docs.
 pub struct Sampler {
     cfg: SamplerConfig,
+    catalog: Catalog,
     backend: Box<dyn CounterBackend>,
     resolver: Resolver,
     sets: Vec<EventSet>,
@@ -155,6 +156,7 @@ impl Sampler {
         let procfs = cfg.procfs.then(|| ProcfsSampler::new("/proc"));
         let mut sampler = Sampler {
             cfg,
+            catalog: catalog.clone(),
             backend,
             resolver,
             sets,
@@ -201,8 +203,8 @@ impl Sampler {
     /// Replaces the event sets at runtime. Atomic: on error (unknown event, set
     /// too large) the old sets stay in place. Counting restarts with the first
     /// new set at the next tick.
-    pub fn set_event_sets(&mut self, sets: Vec<Vec<String>>, catalog: &Catalog) -> Result<(), PmuError> {
-        let (new_sets, unavailable) = resolve_sets(&sets, catalog, self.backend.as_mut())?;
+    pub fn set_event_sets(&mut self, sets: Vec<Vec<String>>) -> Result<(), PmuError> {
+        let (new_sets, unavailable) = resolve_sets(&sets, &self.catalog, self.backend.as_mut())?;
         for target in self.targets.values_mut() {
             for unit in target.units.values() {
                 for g in unit.groups.iter().flatten() {
@@ -563,11 +565,21 @@ fn resolve_sets(
     backend: &mut dyn CounterBackend,
 ) -> Result<(Vec<EventSet>, Vec<UnavailableEvent>), PmuError> {
     let mut resolved: Vec<Vec<Event>> = Vec::with_capacity(names.len());
+    let mut unavailable: Vec<UnavailableEvent> = Vec::new();
     for set in names {
-        let events = set
-            .iter()
-            .map(|n| catalog.resolve(n))
-            .collect::<Result<Vec<Event>, PmuError>>()?;
+        let mut events = Vec::with_capacity(set.len());
+        for name in set {
+            match catalog.resolve(name) {
+                Ok(event) => events.push(event),
+                // Well-formed, but this CPU model has no encoding for it.
+                Err(PmuError::Unavailable { name, reason }) => {
+                    if !unavailable.iter().any(|u| u.name == name) {
+                        unavailable.push(UnavailableEvent { name, reason });
+                    }
+                }
+                Err(e) => return Err(e),
+            }
+        }
         if let Some(capacity) = backend.capacity() {
             let hw = events.iter().filter(|e| e.attr.type_ != perf_type::SOFTWARE).count();
             if hw > capacity {
@@ -580,7 +592,6 @@ fn resolve_sets(
         }
         resolved.push(events);
     }
-    let mut unavailable: Vec<UnavailableEvent> = Vec::new();
     let mut verdicts: HashMap<String, bool> = HashMap::new();
     let mut sets = Vec::new();
     for events in resolved {

@@ -2,7 +2,8 @@
 //! detection, selector text/serde forms, and live checks on this node.
 
 use hwqos_pmu::target::{
-    cgroup2_mount, diff, online_cpus, parse_cpu_list, ProcessTarget, Resolved, Resolver, TargetSelector,
+    cgroup2_mount, diff, online_cpus, parse_cpu_list, ProcessTarget, Resolved, Resolver,
+    TargetSelector,
 };
 use hwqos_pmu::PmuError;
 use std::path::{Path, PathBuf};
@@ -48,7 +49,10 @@ fn selector_text_and_serde_round_trip() {
         assert_eq!(serde_json::from_str::<TargetSelector>(&json).unwrap(), t);
     }
     assert_eq!(sel("pid:7"), TargetSelector::Pid(7));
-    assert_eq!(sel("cgroup:/a/b"), TargetSelector::Cgroup(PathBuf::from("/a/b")));
+    assert_eq!(
+        sel("cgroup:/a/b"),
+        TargetSelector::Cgroup(PathBuf::from("/a/b"))
+    );
 }
 
 #[test]
@@ -68,8 +72,14 @@ fn bad_selectors_are_rejected_with_the_reason() {
         let e = s.parse::<TargetSelector>().unwrap_err().to_string();
         assert!(e.contains(&format!("`{s}`")) && e.contains(why), "{s}: {e}");
     }
-    let e = "regex:(unclosed".parse::<TargetSelector>().unwrap_err().to_string();
-    assert!(e.contains("(unclosed") && e.contains("unclosed group"), "{e}");
+    let e = "regex:(unclosed"
+        .parse::<TargetSelector>()
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("(unclosed") && e.contains("unclosed group"),
+        "{e}"
+    );
     assert!(serde_json::from_str::<TargetSelector>("\"pid:abc\"").is_err());
 }
 
@@ -87,7 +97,10 @@ fn pid_selects_the_process_with_all_threads() {
     assert!(r.threads.is_empty() && r.cgroups.is_empty());
     // A pid that does not exist resolves to nothing, and check() rejects it.
     assert!(resolve(&resolver(), &["pid:12345"]).unwrap().is_empty());
-    let e = resolver().check(&[sel("pid:12345")]).unwrap_err().to_string();
+    let e = resolver()
+        .check(&[sel("pid:12345")])
+        .unwrap_err()
+        .to_string();
     assert!(e.contains("12345"), "{e}");
 }
 
@@ -107,9 +120,17 @@ fn name_matches_comm_or_argv0_basename() {
     assert_eq!(pids(&r), vec![100]);
     assert_eq!(r.processes[0].threads, vec![100, 101]);
     // comm is truncated to 15 bytes; argv[0]'s basename still matches the full name.
-    assert_eq!(pids(&resolve(&resolver(), &["name:my-very-long-daemon"]).unwrap()), vec![400]);
-    assert_eq!(pids(&resolve(&resolver(), &["name:python3"]).unwrap()), vec![200]);
-    assert!(resolve(&resolver(), &["name:worker.py"]).unwrap().is_empty());
+    assert_eq!(
+        pids(&resolve(&resolver(), &["name:my-very-long-daemon"]).unwrap()),
+        vec![400]
+    );
+    assert_eq!(
+        pids(&resolve(&resolver(), &["name:python3"]).unwrap()),
+        vec![200]
+    );
+    assert!(resolve(&resolver(), &["name:worker.py"])
+        .unwrap()
+        .is_empty());
     assert!(resolve(&resolver(), &["name:ngin"]).unwrap().is_empty());
 }
 
@@ -118,12 +139,21 @@ fn regex_matches_the_command_line() {
     let r = resolve(&resolver(), &["regex:worker\\.py --queue fast$"]).unwrap();
     assert_eq!(pids(&r), vec![200]);
     // Kernel threads have no command line; they match as `[comm]`, as ps shows them.
-    assert_eq!(pids(&resolve(&resolver(), &["regex:^\\[kthreadd\\]$"]).unwrap()), vec![300]);
-    assert_eq!(pids(&resolve(&resolver(), &["regex:daemon"]).unwrap()), vec![100, 400]);
+    assert_eq!(
+        pids(&resolve(&resolver(), &["regex:^\\[kthreadd\\]$"]).unwrap()),
+        vec![300]
+    );
+    assert_eq!(
+        pids(&resolve(&resolver(), &["regex:daemon"]).unwrap()),
+        vec![100, 400]
+    );
     // An invalid regex is a config error naming the regex.
     let bad = [TargetSelector::Regex("a(".into())];
     let e = resolver().resolve(&bad).unwrap_err();
-    assert!(matches!(&e, PmuError::Config(m) if m.contains("`a(`")), "{e}");
+    assert!(
+        matches!(&e, PmuError::Config(m) if m.contains("`a(`")),
+        "{e}"
+    );
 }
 
 #[test]
@@ -137,7 +167,11 @@ fn own_pid_is_excluded_from_name_and_regex() {
 
 #[test]
 fn selections_are_merged_sorted_and_deduplicated() {
-    let r = resolve(&resolver(), &["pid:400", "name:nginx", "pid:100", "regex:nginx"]).unwrap();
+    let r = resolve(
+        &resolver(),
+        &["pid:400", "name:nginx", "pid:100", "regex:nginx"],
+    )
+    .unwrap();
     assert_eq!(pids(&r), vec![100, 400]);
 }
 
@@ -149,12 +183,23 @@ fn cgroup_selects_member_processes_of_the_subtree_and_the_directory() {
     assert_eq!(pids(&r), vec![200, 400]);
     assert_eq!(r.cgroups, vec![root.join("system.slice/worker.service")]);
     // relative without the leading slash, and absolute under the mount, mean the same.
-    assert_eq!(resolve(&resolver(), &["cgroup:system.slice/worker.service"]).unwrap(), r);
-    let abs = format!("cgroup:{}", root.join("system.slice/worker.service").display());
+    assert_eq!(
+        resolve(&resolver(), &["cgroup:system.slice/worker.service"]).unwrap(),
+        r
+    );
+    let abs = format!(
+        "cgroup:{}",
+        root.join("system.slice/worker.service").display()
+    );
     assert_eq!(resolve(&resolver(), &[&abs]).unwrap(), r);
 
-    let e = resolve(&resolver(), &["cgroup:/system.slice/nope.service"]).unwrap_err().to_string();
-    assert!(e.contains("nope.service") && e.contains("not a cgroup directory"), "{e}");
+    let e = resolve(&resolver(), &["cgroup:/system.slice/nope.service"])
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("nope.service") && e.contains("not a cgroup directory"),
+        "{e}"
+    );
     let no_cg2 = Resolver::new(fixture().join("proc"), None);
     let e = resolve(&no_cg2, &["cgroup:/x"]).unwrap_err().to_string();
     assert!(e.contains("no cgroup2"), "{e}");
@@ -170,8 +215,13 @@ fn unit_is_found_in_the_cgroup2_tree_or_the_systemd_v1_tree() {
     let r = resolve(&resolver(), &["unit:legacy.service"]).unwrap();
     assert_eq!(pids(&r), vec![300]);
     assert!(r.cgroups.is_empty());
-    let e = resolve(&resolver(), &["unit:missing.service"]).unwrap_err().to_string();
-    assert!(e.contains("missing.service") && e.contains("not found"), "{e}");
+    let e = resolve(&resolver(), &["unit:missing.service"])
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("missing.service") && e.contains("not found"),
+        "{e}"
+    );
 }
 
 #[test]
@@ -293,7 +343,9 @@ fn live_own_process_is_never_matched_by_regex() {
     let exe = std::env::args().next().unwrap();
     let base = exe.rsplit('/').next().unwrap().to_string();
     let r = Resolver::for_this_node();
-    let hits = r.resolve(&[TargetSelector::Regex(regex::escape(&base))]).unwrap();
+    let hits = r
+        .resolve(&[TargetSelector::Regex(regex::escape(&base))])
+        .unwrap();
     assert!(!pids(&hits).contains(&me));
     // but pid:self works and lists this thread.
     let mine = r.resolve(&[TargetSelector::Pid(me)]).unwrap();
@@ -349,7 +401,10 @@ fn live_cgroup_and_unit_select_the_member_process() {
     let child = Sleeper::spawn(2);
     if let Err(e) = std::fs::write(dir.join("cgroup.procs"), child.pid().to_string()) {
         // With a threaded/domain-invalid root a process cannot always be moved.
-        eprintln!("skipped: cannot move a process into {} ({e})", dir.display());
+        eprintln!(
+            "skipped: cannot move a process into {} ({e})",
+            dir.display()
+        );
         return;
     }
     let r = Resolver::for_this_node();

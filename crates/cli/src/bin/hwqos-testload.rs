@@ -38,9 +38,7 @@ fn parse_args() -> Result<Plan, String> {
         if flag == "--help" || flag == "-h" {
             return Err(String::new());
         }
-        let value = args
-            .next()
-            .ok_or_else(|| format!("{flag} needs a value"))?;
+        let value = args.next().ok_or_else(|| format!("{flag} needs a value"))?;
         let num = |v: &str| {
             v.parse::<u64>()
                 .map_err(|_| format!("{flag}: `{v}` is not a non-negative integer"))
@@ -123,7 +121,10 @@ fn touch_pages(pages: usize) -> Result<(), String> {
         )
     };
     if base == libc::MAP_FAILED {
-        return Err(format!("mmap of {len} bytes: {}", std::io::Error::last_os_error()));
+        return Err(format!(
+            "mmap of {len} bytes: {}",
+            std::io::Error::last_os_error()
+        ));
     }
     // Huge pages would turn 512 touches into one fault; the workload promises one
     // fault per page. Failure (no THP support) leaves small pages anyway.
@@ -161,17 +162,26 @@ fn ping_pong(n: u64, cpu: usize) -> Result<(), String> {
         pin_to_cpu(cpu)?;
         let mut b = [0u8; 1];
         for _ in 0..n {
-            ping_rx.read_exact(&mut b).map_err(|e| format!("echo read: {e}"))?;
-            pong_tx.write_all(&b).map_err(|e| format!("echo write: {e}"))?;
+            ping_rx
+                .read_exact(&mut b)
+                .map_err(|e| format!("echo read: {e}"))?;
+            pong_tx
+                .write_all(&b)
+                .map_err(|e| format!("echo write: {e}"))?;
         }
         Ok(())
     });
     let mut b = [7u8; 1];
     for _ in 0..n {
-        ping_tx.write_all(&b).map_err(|e| format!("ping write: {e}"))?;
-        pong_rx.read_exact(&mut b).map_err(|e| format!("pong read: {e}"))?;
+        ping_tx
+            .write_all(&b)
+            .map_err(|e| format!("ping write: {e}"))?;
+        pong_rx
+            .read_exact(&mut b)
+            .map_err(|e| format!("pong read: {e}"))?;
     }
-    echo.join().map_err(|_| "echo thread panicked".to_string())?
+    echo.join()
+        .map_err(|_| "echo thread panicked".to_string())?
 }
 
 /// A dependent recurrence the compiler cannot shorten: CPU time grows linearly

@@ -90,7 +90,9 @@ impl CpuModel {
                     };
                 }
                 "cpu family" if first_block => model.family = parse_number(value).unwrap_or(0),
-                "model" if first_block && seen_x86 => model.model = parse_number(value).unwrap_or(0),
+                "model" if first_block && seen_x86 => {
+                    model.model = parse_number(value).unwrap_or(0)
+                }
                 "model name" if first_block && seen_x86 => model.model_name = value.to_string(),
                 "CPU implementer" => {
                     model.vendor = Vendor::Arm;
@@ -99,7 +101,9 @@ impl CpuModel {
                         model.implementer = parse_number(value);
                     }
                 }
-                "CPU architecture" if first_block => model.family = parse_number(value).unwrap_or(0),
+                "CPU architecture" if first_block => {
+                    model.family = parse_number(value).unwrap_or(0)
+                }
                 "CPU part" => {
                     if let Some(part) = parse_number(value) {
                         if model.parts.is_empty() {
@@ -166,11 +170,16 @@ fn arm_model_name(implementer: Option<u32>, parts: &[u32]) -> String {
         .iter()
         .map(|&part| {
             let known = if implementer == Some(ARM_LTD) {
-                ARM_PARTS.iter().find(|p| p.0 == part).map(|p| p.1.to_string())
+                ARM_PARTS
+                    .iter()
+                    .find(|p| p.0 == part)
+                    .map(|p| p.1.to_string())
             } else {
                 None
             };
-            known.unwrap_or_else(|| format!("implementer {:#x} part {part:#x}", implementer.unwrap_or(0)))
+            known.unwrap_or_else(|| {
+                format!("implementer {:#x} part {part:#x}", implementer.unwrap_or(0))
+            })
         })
         .collect();
     if names.is_empty() {
@@ -198,6 +207,9 @@ mod tests {
         assert_eq!((arm.vendor, arm.family, arm.model), (Vendor::Arm, 8, 0xd03));
         assert_eq!(arm.parts, vec![0xd03, 0xd08]);
         assert_eq!(arm.model_name, "Cortex-A53 + Cortex-A72");
-        assert_eq!(CpuModel::from_cpuinfo("garbage\n\u{0}:::\n").vendor, Vendor::Unknown);
+        assert_eq!(
+            CpuModel::from_cpuinfo("garbage\n\u{0}:::\n").vendor,
+            Vendor::Unknown
+        );
     }
 }

@@ -122,12 +122,16 @@ pub(crate) const ARM_L2D_CACHE_REFILL: (u64, &str) = (0x17, "l2d_cache_refill");
 pub(crate) fn arm_general_purpose(cpu: &CpuModel) -> Option<usize> {
     let known = cpu.implementer == Some(0x41)
         && !cpu.parts.is_empty()
-        && cpu.parts.iter().all(|p| super::cpu::ARM_PARTS.iter().any(|(part, _)| part == p));
+        && cpu
+            .parts
+            .iter()
+            .all(|p| super::cpu::ARM_PARTS.iter().any(|(part, _)| part == p));
     known.then_some(6)
 }
 
 /// Human list of what the curated table covers, for "unavailable" reasons.
-pub(crate) const COVERAGE: &str = "Intel Haswell to Ice Lake/Tiger Lake, AMD Zen (families 17h, 19h), Arm PMUv3 cores";
+pub(crate) const COVERAGE: &str =
+    "Intel Haswell to Ice Lake/Tiger Lake, AMD Zen (families 17h, 19h), Arm PMUv3 cores";
 
 #[cfg(test)]
 mod tests {

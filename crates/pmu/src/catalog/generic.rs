@@ -75,7 +75,9 @@ impl Encoding {
         match self {
             Encoding::Hardware(id) => Some((perf_type::HARDWARE, id)),
             Encoding::Software(id) => Some((perf_type::SOFTWARE, id)),
-            Encoding::Cache(cache, op, result) => Some((perf_type::HW_CACHE, cache_config(cache, op, result))),
+            Encoding::Cache(cache, op, result) => {
+                Some((perf_type::HW_CACHE, cache_config(cache, op, result)))
+            }
             Encoding::CuratedL2(_) => None,
         }
     }
@@ -104,8 +106,14 @@ pub(crate) const GENERIC: &[(&str, Encoding)] = {
         ("hw.cache.ref", Hardware(hw_id::CACHE_REFERENCES)),
         ("hw.cache.miss", Hardware(hw_id::CACHE_MISSES)),
         ("hw.bus_cycles", Hardware(hw_id::BUS_CYCLES)),
-        ("hw.stalled_cycles.frontend", Hardware(hw_id::STALLED_CYCLES_FRONTEND)),
-        ("hw.stalled_cycles.backend", Hardware(hw_id::STALLED_CYCLES_BACKEND)),
+        (
+            "hw.stalled_cycles.frontend",
+            Hardware(hw_id::STALLED_CYCLES_FRONTEND),
+        ),
+        (
+            "hw.stalled_cycles.backend",
+            Hardware(hw_id::STALLED_CYCLES_BACKEND),
+        ),
         ("hw.l1d.access", cache(L1d, Read, Access)),
         ("hw.l1d.miss", cache(L1d, Read, Miss)),
         ("hw.l1d.store", cache(L1d, Write, Access)),
@@ -173,12 +181,37 @@ pub(crate) const PERF_SYMBOLIC: &[(&str, &str)] = &[
 const CACHES: &[(Cache, &[&str], &str, &[CacheOp])] = {
     use CacheOp::*;
     &[
-        (Cache::L1d, &["L1-dcache", "l1-d", "l1d", "L1-data"], "l1d", &[Read, Write, Prefetch]),
-        (Cache::L1i, &["L1-icache", "l1-i", "l1i", "L1-instruction"], "l1i", &[Read, Prefetch]),
+        (
+            Cache::L1d,
+            &["L1-dcache", "l1-d", "l1d", "L1-data"],
+            "l1d",
+            &[Read, Write, Prefetch],
+        ),
+        (
+            Cache::L1i,
+            &["L1-icache", "l1-i", "l1i", "L1-instruction"],
+            "l1i",
+            &[Read, Prefetch],
+        ),
         (Cache::Ll, &["LLC", "L2"], "llc", &[Read, Write, Prefetch]),
-        (Cache::Dtlb, &["dTLB", "d-tlb", "Data-TLB"], "dtlb", &[Read, Write, Prefetch]),
-        (Cache::Itlb, &["iTLB", "i-tlb", "Instruction-TLB"], "itlb", &[Read]),
-        (Cache::Bpu, &["branch", "branches", "bpu", "btb", "bpc"], "bpu", &[Read]),
+        (
+            Cache::Dtlb,
+            &["dTLB", "d-tlb", "Data-TLB"],
+            "dtlb",
+            &[Read, Write, Prefetch],
+        ),
+        (
+            Cache::Itlb,
+            &["iTLB", "i-tlb", "Instruction-TLB"],
+            "itlb",
+            &[Read],
+        ),
+        (
+            Cache::Bpu,
+            &["branch", "branches", "bpu", "btb", "bpc"],
+            "bpu",
+            &[Read],
+        ),
         (Cache::Node, &["node"], "node", &[Read, Write, Prefetch]),
     ]
 };
@@ -187,12 +220,25 @@ const CACHES: &[(Cache, &[&str], &str, &[CacheOp])] = {
 const OPS: &[(CacheOp, &[&str], &str)] = &[
     (CacheOp::Read, &["load", "loads", "read"], "load"),
     (CacheOp::Write, &["store", "stores", "write"], "store"),
-    (CacheOp::Prefetch, &["prefetch", "prefetches", "speculative-read", "speculative-load"], "prefetch"),
+    (
+        CacheOp::Prefetch,
+        &[
+            "prefetch",
+            "prefetches",
+            "speculative-read",
+            "speculative-load",
+        ],
+        "prefetch",
+    ),
 ];
 
 /// `evsel__hw_cache_result`, with the word hwqos uses in metric names.
 const RESULTS: &[(CacheResult, &[&str], &str)] = &[
-    (CacheResult::Access, &["refs", "Reference", "ops", "access"], "access"),
+    (
+        CacheResult::Access,
+        &["refs", "Reference", "ops", "access"],
+        "access",
+    ),
     (CacheResult::Miss, &["misses", "miss"], "miss"),
 ];
 
@@ -203,7 +249,10 @@ pub(crate) fn generic(name: &str) -> Option<Encoding> {
 
 /// Looks up a perf symbolic name; returns the generic name it maps to.
 pub(crate) fn perf_symbolic(name: &str) -> Option<&'static str> {
-    PERF_SYMBOLIC.iter().find(|(n, _)| *n == name).map(|&(_, g)| g)
+    PERF_SYMBOLIC
+        .iter()
+        .find(|(n, _)| *n == name)
+        .map(|&(_, g)| g)
 }
 
 /// A parsed legacy cache name.
@@ -222,8 +271,14 @@ impl CacheEvent {
     /// The hwqos metric: the registered generic name where there is one
     /// (`hw.l1d.miss`), otherwise `hw.<cache>.<op>.<result>`.
     pub(crate) fn metric(self) -> String {
-        let key = CACHES.iter().find(|c| c.0 == self.cache).map_or("cache", |c| c.2);
-        let result = RESULTS.iter().find(|r| r.0 == self.result).map_or("access", |r| r.2);
+        let key = CACHES
+            .iter()
+            .find(|c| c.0 == self.cache)
+            .map_or("cache", |c| c.2);
+        let result = RESULTS
+            .iter()
+            .find(|r| r.0 == self.result)
+            .map_or("access", |r| r.2);
         match (self.cache, self.op, self.result) {
             (_, CacheOp::Read, _) => format!("hw.{key}.{result}"),
             (Cache::L1d, CacheOp::Write, CacheResult::Access) => "hw.l1d.store".to_string(),
@@ -300,7 +355,11 @@ pub(crate) fn parse_cache(name: &str) -> Result<CacheEvent, CacheParse> {
     }
     let op = op.unwrap_or(CacheOp::Read);
     let result = result.unwrap_or(CacheResult::Access);
-    let (_, aliases, _, valid_ops) = CACHES.iter().find(|c| c.0 == cache).copied().unwrap_or(CACHES[0]);
+    let (_, aliases, _, valid_ops) = CACHES
+        .iter()
+        .find(|c| c.0 == cache)
+        .copied()
+        .unwrap_or(CACHES[0]);
     if !valid_ops.contains(&op) {
         let op_name = OPS.iter().find(|o| o.0 == op).map_or("?", |o| o.2);
         return Err(CacheParse::Invalid(format!(
@@ -347,8 +406,14 @@ mod tests {
         assert_eq!(cfg("Data-TLB-read"), Ok(0x3));
         assert_eq!(cfg("node"), Ok(0x6));
         assert_eq!(parse_cache("cycles"), Err(CacheParse::NotCache));
-        assert!(matches!(parse_cache("L1-icache-stores"), Err(CacheParse::Invalid(_))));
-        assert!(matches!(parse_cache("LLC-load-load"), Err(CacheParse::Invalid(_))));
+        assert!(matches!(
+            parse_cache("L1-icache-stores"),
+            Err(CacheParse::Invalid(_))
+        ));
+        assert!(matches!(
+            parse_cache("LLC-load-load"),
+            Err(CacheParse::Invalid(_))
+        ));
         assert!(matches!(parse_cache("LLC-"), Err(CacheParse::Invalid(_))));
     }
 

@@ -122,12 +122,19 @@ impl Catalog {
     /// Known names of one kind.
     pub fn names(&self, source: NameSource) -> Vec<String> {
         match source {
-            NameSource::Generic => generic_event_names().into_iter().map(str::to_string).collect(),
+            NameSource::Generic => generic_event_names()
+                .into_iter()
+                .map(str::to_string)
+                .collect(),
             NameSource::Perf => perf_event_names(),
             NameSource::Pmu => self
                 .pmus
                 .iter()
-                .flat_map(|p| p.events.keys().map(move |alias| format!("{}/{alias}/", p.name)))
+                .flat_map(|p| {
+                    p.events
+                        .keys()
+                        .map(move |alias| format!("{}/{alias}/", p.name))
+                })
                 .collect(),
             NameSource::Curated => generic::GENERIC
                 .iter()
@@ -144,7 +151,11 @@ impl Catalog {
     pub fn listing_names(&self) -> Vec<String> {
         let mut names = self.names(NameSource::Generic);
         for pmu in self.core_pmus() {
-            names.extend(pmu.events.keys().map(|alias| format!("{}/{alias}/", pmu.name)));
+            names.extend(
+                pmu.events
+                    .keys()
+                    .map(|alias| format!("{}/{alias}/", pmu.name)),
+            );
         }
         names
     }
@@ -162,7 +173,10 @@ impl Catalog {
         if name.trim().is_empty() {
             return Err(unknown("the event name is empty".to_string()));
         }
-        if let Some(c) = name.chars().find(|c| c.is_whitespace() || c.is_control() || !c.is_ascii()) {
+        if let Some(c) = name
+            .chars()
+            .find(|c| c.is_whitespace() || c.is_control() || !c.is_ascii())
+        {
             return Err(unknown(format!(
                 "event names are ASCII without spaces or control characters; found {c:?}"
             )));
@@ -182,15 +196,23 @@ impl Catalog {
         if name.starts_with("hw.") || name.starts_with("sw.") {
             return match generic::generic(name) {
                 Some(enc) => self.encode_generic(name, name, enc, EventSource::Generic),
-                None => Err(unknown(self.unknown_reason(name, "is not a generic hwqos event name"))),
+                None => Err(unknown(
+                    self.unknown_reason(name, "is not a generic hwqos event name"),
+                )),
             };
         }
         if let Some(generic_name) = generic::perf_symbolic(name) {
-            let enc = generic::generic(generic_name)
-                .ok_or_else(|| unknown(format!("internal: `{generic_name}` missing from the generic table")))?;
+            let enc = generic::generic(generic_name).ok_or_else(|| {
+                unknown(format!(
+                    "internal: `{generic_name}` missing from the generic table"
+                ))
+            })?;
             return self.encode_generic(name, generic_name, enc, EventSource::PerfName);
         }
-        if let Some(hex) = name.strip_prefix('r').filter(|h| h.starts_with(|c: char| c.is_ascii_hexdigit())) {
+        if let Some(hex) = name
+            .strip_prefix('r')
+            .filter(|h| h.starts_with(|c: char| c.is_ascii_hexdigit()))
+        {
             return self.resolve_raw(name, hex).map_err(unknown);
         }
         match generic::parse_cache(name) {
@@ -206,10 +228,18 @@ impl Catalog {
             Err(CacheParse::Invalid(reason)) => return Err(unknown(reason)),
             Err(CacheParse::NotCache) => {}
         }
-        Err(unknown(self.unknown_reason(name, "is not a known event name")))
+        Err(unknown(
+            self.unknown_reason(name, "is not a known event name"),
+        ))
     }
 
-    fn encode_generic(&self, name: &str, generic_name: &str, enc: Encoding, source: EventSource) -> Result<Event, PmuError> {
+    fn encode_generic(
+        &self,
+        name: &str,
+        generic_name: &str,
+        enc: Encoding,
+        source: EventSource,
+    ) -> Result<Event, PmuError> {
         let metric = metric_name(generic_name).map_err(|reason| PmuError::UnknownEvent {
             name: name.to_string(),
             reason,
@@ -228,10 +258,12 @@ impl Catalog {
                 reason: "internal: generic encoding without attr".to_string(),
             });
         };
-        let (table, attr) = self.curated_l2(result).map_err(|reason| PmuError::Unavailable {
-            name: name.to_string(),
-            reason,
-        })?;
+        let (table, attr) = self
+            .curated_l2(result)
+            .map_err(|reason| PmuError::Unavailable {
+                name: name.to_string(),
+                reason,
+            })?;
         Ok(Event {
             name: name.to_string(),
             metric,
@@ -257,7 +289,10 @@ impl Catalog {
                 let (event, umask) = curated::x86_l2(row, result);
                 let core = self.pmu("cpu");
                 let attr = match core {
-                    Some(pmu) if pmu.formats.contains_key("event") && pmu.formats.contains_key("umask") => {
+                    Some(pmu)
+                        if pmu.formats.contains_key("event")
+                            && pmu.formats.contains_key("umask") =>
+                    {
                         sysfs::encode(pmu, &format!("event={event:#x},umask={umask:#x}"))?
                     }
                     Some(pmu) => attr(pmu.type_, curated::x86_raw_config(event, umask)),
@@ -285,7 +320,9 @@ impl Catalog {
                     ));
                 }
                 match cores.first() {
-                    Some(pmu) if pmu.formats.contains_key("event") => Ok((table, sysfs::encode(pmu, &format!("event={code:#x}"))?)),
+                    Some(pmu) if pmu.formats.contains_key("event") => {
+                        Ok((table, sysfs::encode(pmu, &format!("event={code:#x}"))?))
+                    }
                     Some(pmu) => Ok((table, attr(pmu.type_, code))),
                     None => Ok((table, attr(perf_type::RAW, code))),
                 }
@@ -323,7 +360,9 @@ impl Catalog {
     fn resolve_pmu_syntax(&self, name: &str) -> Result<Event, String> {
         let (pmu_name, rest) = name.split_once('/').unwrap_or((name, ""));
         let Some(close) = rest.rfind('/') else {
-            return Err(format!("missing the closing `/`: write `{pmu_name}/TERMS/`"));
+            return Err(format!(
+                "missing the closing `/`: write `{pmu_name}/TERMS/`"
+            ));
         };
         let (terms, modifiers) = (&rest[..close], &rest[close + 1..]);
         if !modifiers.is_empty() {
@@ -342,7 +381,11 @@ impl Catalog {
             let mut msg = format!(
                 "no PMU `{pmu_name}` under {}; PMUs here: {}",
                 sysfs::devices_dir(&self.sysfs_root).display(),
-                if known.is_empty() { "none".to_string() } else { known.join(", ") }
+                if known.is_empty() {
+                    "none".to_string()
+                } else {
+                    known.join(", ")
+                }
             );
             if let Some(best) = suggest(pmu_name, known.iter().copied()) {
                 msg.push_str(&format!(" (did you mean `{best}`?)"));
@@ -352,7 +395,10 @@ impl Catalog {
         let attr = sysfs::encode(pmu, terms)?;
         Ok(Event {
             name: name.to_string(),
-            metric: metric_name(&format!("hw.raw.{}", sanitize(&format!("{pmu_name}_{terms}"))))?,
+            metric: metric_name(&format!(
+                "hw.raw.{}",
+                sanitize(&format!("{pmu_name}_{terms}"))
+            ))?,
             attr,
             source: EventSource::Sysfs {
                 pmu: pmu_name.to_string(),
@@ -367,10 +413,15 @@ impl Catalog {
         let owners: Vec<String> = self
             .pmus
             .iter()
-            .filter_map(|p| sysfs::find_alias(p, name).map(|(alias, _)| format!("{}/{alias}/", p.name)))
+            .filter_map(|p| {
+                sysfs::find_alias(p, name).map(|(alias, _)| format!("{}/{alias}/", p.name))
+            })
             .collect();
         if !owners.is_empty() {
-            msg.push_str(&format!("; it is an event of a PMU: write it as {}", owners.join(" or ")));
+            msg.push_str(&format!(
+                "; it is an event of a PMU: write it as {}",
+                owners.join(" or ")
+            ));
             return msg;
         }
         let generic = generic_event_names();
@@ -378,7 +429,10 @@ impl Catalog {
         let candidates: Vec<&str> = if name.starts_with("hw.") || name.starts_with("sw.") {
             generic
         } else {
-            generic.into_iter().chain(perf.iter().map(String::as_str)).collect()
+            generic
+                .into_iter()
+                .chain(perf.iter().map(String::as_str))
+                .collect()
         };
         match suggest(name, candidates.into_iter()) {
             Some(best) => msg.push_str(&format!("; did you mean `{best}`?")),
@@ -422,10 +476,14 @@ fn sanitize(s: &str) -> String {
 
 /// The closest candidate by case-insensitive edit distance, if close enough to be
 /// a plausible typo.
-pub(crate) fn suggest<'a>(name: &str, candidates: impl Iterator<Item = &'a str>) -> Option<&'a str> {
+pub(crate) fn suggest<'a>(
+    name: &str,
+    candidates: impl Iterator<Item = &'a str>,
+) -> Option<&'a str> {
     let lower = name.to_ascii_lowercase();
     let limit = (name.len() / 3).max(2);
     candidates
+        .filter(|c| c.len().abs_diff(name.len()) <= limit)
         .map(|c| (edit_distance(&lower, &c.to_ascii_lowercase()), c))
         .filter(|&(d, _)| d <= limit)
         .min_by_key(|&(d, _)| d)
@@ -468,11 +526,17 @@ mod tests {
 
     #[test]
     fn sanitize_and_suggest() {
-        assert_eq!(sanitize("cpu_event=0x51,umask=0x1"), "cpu_event_0x51_umask_0x1");
+        assert_eq!(
+            sanitize("cpu_event=0x51,umask=0x1"),
+            "cpu_event_0x51_umask_0x1"
+        );
         assert_eq!(sanitize("msr_tsc"), "msr_tsc");
         assert_eq!(sanitize("--"), "event");
         assert_eq!(edit_distance("kitten", "sitting"), 3);
-        assert_eq!(suggest("hw.cylces", generic_event_names().into_iter()), Some("hw.cycles"));
+        assert_eq!(
+            suggest("hw.cylces", generic_event_names().into_iter()),
+            Some("hw.cycles")
+        );
         assert_eq!(suggest("zzzzzzzz", generic_event_names().into_iter()), None);
     }
 }

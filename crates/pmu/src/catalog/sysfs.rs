@@ -75,11 +75,15 @@ pub fn load_pmus(sysfs_root: &Path) -> (Vec<PmuInfo>, Vec<String>) {
 
 fn load_pmu(name: &str, path: &Path) -> Result<PmuInfo, String> {
     let type_path = path.join("type");
-    let text = fs::read_to_string(&type_path).map_err(|e| format!("PMU `{name}` skipped: {}: {e}", type_path.display()))?;
-    let type_ = text
-        .trim()
-        .parse::<u32>()
-        .map_err(|_| format!("PMU `{name}` skipped: {} holds `{}`, not a number", type_path.display(), text.trim()))?;
+    let text = fs::read_to_string(&type_path)
+        .map_err(|e| format!("PMU `{name}` skipped: {}: {e}", type_path.display()))?;
+    let type_ = text.trim().parse::<u32>().map_err(|_| {
+        format!(
+            "PMU `{name}` skipped: {} holds `{}`, not a number",
+            type_path.display(),
+            text.trim()
+        )
+    })?;
     let cpus = read_trimmed(&path.join("cpus")).or_else(|| read_trimmed(&path.join("cpumask")));
     Ok(PmuInfo {
         name: name.to_string(),
@@ -87,7 +91,9 @@ fn load_pmu(name: &str, path: &Path) -> Result<PmuInfo, String> {
         formats: read_dir_files(&path.join("format"), |_| true),
         events: read_dir_files(&path.join("events"), |n| {
             // Companion files describe an alias rather than being one.
-            ![".scale", ".unit", ".per-pkg", ".snapshot"].iter().any(|s| n.ends_with(s))
+            ![".scale", ".unit", ".per-pkg", ".snapshot"]
+                .iter()
+                .any(|s| n.ends_with(s))
         }),
         caps: read_dir_files(&path.join("caps"), |_| true),
         cpus,
@@ -220,7 +226,9 @@ fn parse_value(term: &str, value: &str) -> Result<u64, String> {
         if v == "?" {
             format!("term `{term}` needs a value (`{term}=?` in the alias)")
         } else {
-            format!("`{v}` given to term `{term}` is not a number (decimal or 0x-hex up to 64 bits)")
+            format!(
+                "`{v}` given to term `{term}` is not a number (decimal or 0x-hex up to 64 bits)"
+            )
         }
     })
 }
@@ -237,18 +245,32 @@ pub(crate) fn encode(pmu: &PmuInfo, terms: &str) -> Result<EventAttr, String> {
     Ok(attr)
 }
 
-fn apply_terms(pmu: &PmuInfo, terms: &str, attr: &mut EventAttr, in_alias: Option<&str>) -> Result<(), String> {
+fn apply_terms(
+    pmu: &PmuInfo,
+    terms: &str,
+    attr: &mut EventAttr,
+    in_alias: Option<&str>,
+) -> Result<(), String> {
     let context = |msg: String| match in_alias {
-        Some(alias) => format!("in alias `{alias}` of PMU `{}` (`{terms}`): {msg}", pmu.name),
+        Some(alias) => format!(
+            "in alias `{alias}` of PMU `{}` (`{terms}`): {msg}",
+            pmu.name
+        ),
         None => msg,
     };
     if terms.trim().is_empty() {
-        return Err(context(format!("no terms between the slashes; give an event of PMU `{}` (e.g. {})", pmu.name, examples(pmu))));
+        return Err(context(format!(
+            "no terms between the slashes; give an event of PMU `{}` (e.g. {})",
+            pmu.name,
+            examples(pmu)
+        )));
     }
     for term in terms.split(',') {
         let term = term.trim();
         if term.is_empty() {
-            return Err(context("empty term (two commas in a row or a trailing comma)".to_string()));
+            return Err(context(
+                "empty term (two commas in a row or a trailing comma)".to_string(),
+            ));
         }
         let (key, value) = match term.split_once('=') {
             Some((k, v)) => (k.trim(), Some(v)),
@@ -264,8 +286,12 @@ fn apply_terms(pmu: &PmuInfo, terms: &str, attr: &mut EventAttr, in_alias: Optio
             let value = value.ok_or_else(|| context(format!("term `{key}` needs a value")))?;
             *word_mut(attr, word) = parse_value(key, value).map_err(context)?;
         } else if let Some(spec) = pmu.formats.get(key) {
-            let field = FormatField::parse(spec)
-                .map_err(|e| context(format!("format file `format/{key}` of PMU `{}` is unusable: {e}", pmu.name)))?;
+            let field = FormatField::parse(spec).map_err(|e| {
+                context(format!(
+                    "format file `format/{key}` of PMU `{}` is unusable: {e}",
+                    pmu.name
+                ))
+            })?;
             let value = match value {
                 Some(v) => parse_value(key, v).map_err(context)?,
                 None => 1,
@@ -277,10 +303,16 @@ fn apply_terms(pmu: &PmuInfo, terms: &str, attr: &mut EventAttr, in_alias: Optio
             *w = (*w & !field.mask) | bits;
         } else if let Some((alias, expansion)) = find_alias(pmu, key) {
             if value.is_some() {
-                return Err(context(format!("`{alias}` is an event of PMU `{}` and takes no value", pmu.name)));
+                return Err(context(format!(
+                    "`{alias}` is an event of PMU `{}` and takes no value",
+                    pmu.name
+                )));
             }
             if let Some(outer) = in_alias {
-                return Err(format!("alias `{outer}` of PMU `{}` refers to another alias `{alias}`", pmu.name));
+                return Err(format!(
+                    "alias `{outer}` of PMU `{}` refers to another alias `{alias}`",
+                    pmu.name
+                ));
             }
             apply_terms(pmu, expansion, attr, Some(alias))?;
         } else {
@@ -294,7 +326,11 @@ fn apply_terms(pmu: &PmuInfo, terms: &str, attr: &mut EventAttr, in_alias: Optio
 pub(crate) fn find_alias<'a>(pmu: &'a PmuInfo, name: &str) -> Option<(&'a str, &'a str)> {
     pmu.events
         .get_key_value(name)
-        .or_else(|| pmu.events.iter().find(|(k, _)| k.eq_ignore_ascii_case(name)))
+        .or_else(|| {
+            pmu.events
+                .iter()
+                .find(|(k, _)| k.eq_ignore_ascii_case(name))
+        })
         .map(|(k, v)| (k.as_str(), v.as_str()))
 }
 
@@ -328,7 +364,11 @@ fn unknown_term(pmu: &PmuInfo, key: &str) -> String {
         list(pmu.formats.keys().collect()),
         list(pmu.events.keys().collect()),
     );
-    let candidates = pmu.formats.keys().chain(pmu.events.keys()).map(String::as_str);
+    let candidates = pmu
+        .formats
+        .keys()
+        .chain(pmu.events.keys())
+        .map(String::as_str);
     if let Some(best) = super::suggest(key, candidates) {
         msg.push_str(&format!(" (did you mean `{best}`?)"));
     }
@@ -348,8 +388,19 @@ mod tests {
         let bit = FormatField::parse("config:21").unwrap();
         assert_eq!(bit.place(1), Ok(1 << 21));
         let full = FormatField::parse("config1:0-63").unwrap();
-        assert_eq!((full.word, full.place(u64::MAX)), (ConfigWord::Config1, Ok(u64::MAX)));
-        for bad in ["config", "config:", "config:8-1", "config:0-64", "config3:0-7", "config:0-7,4-5", "config:a-b"] {
+        assert_eq!(
+            (full.word, full.place(u64::MAX)),
+            (ConfigWord::Config1, Ok(u64::MAX))
+        );
+        for bad in [
+            "config",
+            "config:",
+            "config:8-1",
+            "config:0-64",
+            "config3:0-7",
+            "config:0-7,4-5",
+            "config:a-b",
+        ] {
             assert!(FormatField::parse(bad).is_err(), "{bad}");
         }
     }

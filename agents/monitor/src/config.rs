@@ -1,0 +1,685 @@
+//! The monitor's TOML configuration: parsing, defaults and validation.
+//!
+//! Every error names the file, the key and the problem (with line and column
+//! where the TOML parser or the key's position tells them), so a bad config is
+//! fixed from the first message. Unknown keys are errors, not silently ignored.
+//! See `deploy/config/monitor.toml` for an example with every key explained.
+
+use crate::db::Format;
+use hwqos_pmu::appmetric::AppSource;
+use hwqos_pmu::derived::CpiPenalties;
+use hwqos_pmu::sampler::SamplerConfig;
+use hwqos_pmu::target::TargetSelector;
+use serde::Deserialize;
+use std::fmt;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+/// Lowest and highest accepted sampling rates.
+pub const MIN_RATE_HZ: f64 = 0.1;
+pub const MAX_RATE_HZ: f64 = 10_000.0;
+
+/// Largest accepted database size in frames.
+pub const MAX_DB_FRAMES: usize = 10_000_000;
+
+/// Checks that an event name is known to the catalog (`Err(reason)` if not).
+/// Events that are known but not countable on this node are fine: the sampler
+/// drops and lists them.
+pub type EventCheck<'a> = &'a dyn Fn(&str) -> Result<(), String>;
+
+/// The monitor's configuration after defaults and validation.
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    /// Ticks per second.
+    #[serde(default = "default_rate")]
+    pub rate_hz: f64,
+    /// What to monitor besides CPUs (`[[target]] select = "name:nginx"`).
+    #[serde(default, rename = "target")]
+    pub targets: Vec<Target>,
+    /// Count every CPU system-wide.
+    #[serde(default = "yes")]
+    pub per_cpu: bool,
+    /// The CPUs for per-CPU and cgroup counting (default: all online).
+    #[serde(default)]
+    pub cpus: Option<Vec<u32>>,
+    /// Event sets rotated one per tick.
+    #[serde(default = "default_event_sets")]
+    pub event_sets: Vec<Vec<String>>,
+    /// Add software metrics from /proc.
+    #[serde(default = "yes")]
+    pub procfs: bool,
+    /// Ticks between rescans of the target selectors (0: never).
+    #[serde(default = "default_rescan")]
+    pub rescan_every: u32,
+    #[serde(default)]
+    pub database: DatabaseConfig,
+    #[serde(default)]
+    pub output: OutputConfig,
+    #[serde(default)]
+    pub api: ApiConfig,
+    #[serde(default)]
+    pub metrics: MetricsConfig,
+    /// Application performance metric sources.
+    #[serde(default, rename = "app")]
+    pub apps: Vec<AppSource>,
+    #[serde(default)]
+    pub cpi: CpiConfig,
+}
+
+/// One `[[target]]` table.
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Target {
+    /// `pid:N`, `tid:N`, `name:X`, `regex:X`, `cgroup:/path` or `unit:x.service`.
+    pub select: TargetSelector,
+}
+
+/// `[database]`.
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct DatabaseConfig {
+    /// Frames kept in memory.
+    pub frames: usize,
+    /// Upper bound on the memory the frames occupy, in MiB.
+    pub max_mib: usize,
+}
+
+impl Default for DatabaseConfig {
+    fn default() -> Self {
+        DatabaseConfig {
+            frames: 30_000,
+            max_mib: 256,
+        }
+    }
+}
+
+/// `[output]`.
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct OutputConfig {
+    /// Directory flushes are written to (created if missing).
+    pub dir: PathBuf,
+    /// Formats written on each flush.
+    pub formats: Vec<Format>,
+    /// Flush once more on SIGTERM / SIGINT.
+    pub flush_on_exit: bool,
+}
+
+impl Default for OutputConfig {
+    fn default() -> Self {
+        OutputConfig {
+            dir: PathBuf::from("/var/lib/hwqos/monitor"),
+            formats: vec![Format::Jsonl, Format::Csv],
+            flush_on_exit: true,
+        }
+    }
+}
+
+/// `[api]`.
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ApiConfig {
+    pub enabled: bool,
+    /// The Unix socket path.
+    pub socket: PathBuf,
+    /// Frames a subscriber may fall behind before it is dropped.
+    pub client_queue: usize,
+}
+
+impl Default for ApiConfig {
+    fn default() -> Self {
+        ApiConfig {
+            enabled: true,
+            socket: PathBuf::from("/run/hwqos/monitor.sock"),
+            client_queue: 1024,
+        }
+    }
+}
+
+/// `[metrics]`.
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct MetricsConfig {
+    pub enabled: bool,
+    /// Address of the OpenMetrics endpoint (port 0: any free port).
+    pub listen: String,
+    /// Allow a non-loopback listen address (the endpoint has no authentication).
+    pub allow_non_loopback: bool,
+}
+
+impl Default for MetricsConfig {
+    fn default() -> Self {
+        MetricsConfig {
+            enabled: true,
+            listen: "127.0.0.1:9464".to_string(),
+            allow_non_loopback: false,
+        }
+    }
+}
+
+impl MetricsConfig {
+    /// The validated listen address.
+    pub fn addr(&self) -> Option<SocketAddr> {
+        self.listen.parse().ok()
+    }
+}
+
+/// `[cpi]`.
+#[derive(Clone, Debug, PartialEq, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct CpiConfig {
+    /// Cycles per miss at each level for the CPI stack.
+    pub penalties: CpiPenalties,
+}
+
+fn default_rate() -> f64 {
+    10.0
+}
+
+fn yes() -> bool {
+    true
+}
+
+fn default_rescan() -> u32 {
+    10
+}
+
+/// The default rotation: kernel software events (work everywhere), then
+/// hardware sets in the spirit of the thesis' default set (Listing 5.1). Each
+/// hardware set carries cycles and instructions so IPC/CPI and the CPI stack
+/// come from one group. On nodes without a PMU the hardware sets are dropped as
+/// unavailable and listed as such.
+pub fn default_event_sets() -> Vec<Vec<String>> {
+    let set = |names: &[&str]| names.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+    vec![
+        set(&[
+            "sw.task_clock",
+            "sw.page_faults",
+            "sw.context_switches",
+            "sw.cpu_migrations",
+        ]),
+        set(&[
+            "hw.cycles",
+            "hw.instructions",
+            "hw.branches",
+            "hw.branch.miss",
+        ]),
+        set(&[
+            "hw.cycles",
+            "hw.instructions",
+            "hw.l1d.access",
+            "hw.l1d.miss",
+        ]),
+        set(&[
+            "hw.cycles",
+            "hw.instructions",
+            "hw.llc.access",
+            "hw.llc.miss",
+        ]),
+        set(&[
+            "hw.cycles",
+            "hw.instructions",
+            "hw.dtlb.miss",
+            "hw.itlb.miss",
+        ]),
+    ]
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            rate_hz: default_rate(),
+            targets: Vec::new(),
+            per_cpu: true,
+            cpus: None,
+            event_sets: default_event_sets(),
+            procfs: true,
+            rescan_every: default_rescan(),
+            database: DatabaseConfig::default(),
+            output: OutputConfig::default(),
+            api: ApiConfig::default(),
+            metrics: MetricsConfig::default(),
+            apps: Vec::new(),
+            cpi: CpiConfig::default(),
+        }
+    }
+}
+
+/// A configuration error: which file, where, which key, what is wrong.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ConfigError {
+    pub file: PathBuf,
+    /// 1-based line and column, when known.
+    pub position: Option<(usize, usize)>,
+    /// The dotted key (`database.frames`), when known.
+    pub key: Option<String>,
+    pub message: String,
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.file.display())?;
+        if let Some((line, col)) = self.position {
+            write!(f, ":{line}:{col}")?;
+        }
+        write!(f, ": ")?;
+        if let Some(key) = &self.key {
+            write!(f, "`{key}`: ")?;
+        }
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+/// 1-based (line, column) of a byte offset.
+fn line_col(text: &str, offset: usize) -> (usize, usize) {
+    let mut end = offset.min(text.len());
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    let before = &text[..end];
+    let line = before.matches('\n').count() + 1;
+    let col = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
+    (line, col)
+}
+
+/// The table a line belongs to (`database`, `target`), scanning back for a header.
+fn section_of(lines: &[&str], line_idx: usize) -> Option<String> {
+    lines[..=line_idx.min(lines.len().saturating_sub(1))]
+        .iter()
+        .rev()
+        .map(|l| l.trim())
+        .find(|l| l.starts_with('['))
+        .map(|h| h.trim_matches(|c| c == '[' || c == ']').trim().to_string())
+}
+
+/// The dotted key an error at `line` (1-based) is about, read from the text.
+fn key_at(text: &str, line: usize) -> Option<String> {
+    let lines: Vec<&str> = text.lines().collect();
+    let idx = line.checked_sub(1)?;
+    let this = lines.get(idx)?.trim();
+    if this.starts_with('[') {
+        return section_of(&lines, idx);
+    }
+    let key = this.split_once('=')?.0.trim().trim_matches('"').to_string();
+    if key.is_empty() {
+        return None;
+    }
+    Some(match section_of(&lines, idx) {
+        Some(section) => format!("{section}.{key}"),
+        None => key,
+    })
+}
+
+/// The 1-based (line, column) where `key` (dotted, `section.key` or top-level)
+/// is set, if it is.
+fn find_key(text: &str, dotted: &str) -> Option<(usize, usize)> {
+    let (want_section, want_key) = match dotted.rsplit_once('.') {
+        Some((s, k)) => (Some(s), k),
+        None => (None, dotted),
+    };
+    let mut section: Option<String> = None;
+    for (i, raw) in text.lines().enumerate() {
+        let l = raw.trim();
+        if l.starts_with('[') {
+            section = Some(l.trim_matches(|c| c == '[' || c == ']').trim().to_string());
+            continue;
+        }
+        if let Some((k, _)) = l.split_once('=') {
+            if k.trim() == want_key && section.as_deref() == want_section {
+                let col = raw.len() - raw.trim_start().len() + 1;
+                return Some((i + 1, col));
+            }
+        }
+    }
+    None
+}
+
+impl Config {
+    /// Reads, parses and validates a config file.
+    pub fn load(path: &Path, check_event: EventCheck<'_>) -> Result<Config, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|e| ConfigError {
+            file: path.to_path_buf(),
+            position: None,
+            key: None,
+            message: format!("cannot read the config file: {e}"),
+        })?;
+        Config::parse(&text, path, check_event)
+    }
+
+    /// Parses and validates config text; `file` names it in errors and anchors
+    /// relative paths (they are relative to the file's directory).
+    pub fn parse(
+        text: &str,
+        file: &Path,
+        check_event: EventCheck<'_>,
+    ) -> Result<Config, ConfigError> {
+        let mut config: Config = toml::from_str(text).map_err(|e| {
+            let position = e.span().map(|s| line_col(text, s.start));
+            ConfigError {
+                file: file.to_path_buf(),
+                key: position.and_then(|(line, _)| key_at(text, line)),
+                position,
+                message: e.message().trim().to_string(),
+            }
+        })?;
+        let file_abs = std::path::absolute(file).unwrap_or_else(|_| file.to_path_buf());
+        let base = file_abs.parent().unwrap_or(Path::new("/"));
+        for p in [&mut config.output.dir, &mut config.api.socket] {
+            if p.is_relative() {
+                *p = base.join(&*p);
+            }
+        }
+        config
+            .validate(check_event)
+            .map_err(|(key, message)| ConfigError {
+                file: file.to_path_buf(),
+                position: find_key(text, &key),
+                key: Some(key),
+                message,
+            })?;
+        Ok(config)
+    }
+
+    /// Checks values that the types alone do not constrain, including that the
+    /// output directory is writable. Errors are `(dotted key, message)`.
+    pub fn validate(&self, check_event: EventCheck<'_>) -> Result<(), (String, String)> {
+        let bad = |key: &str, msg: String| Err((key.to_string(), msg));
+        check_rate(self.rate_hz).or_else(|m| bad("rate_hz", m))?;
+        if self.database.frames == 0 || self.database.frames > MAX_DB_FRAMES {
+            return bad(
+                "database.frames",
+                format!(
+                    "{} frames is outside 1..={MAX_DB_FRAMES}",
+                    self.database.frames
+                ),
+            );
+        }
+        if self.database.max_mib == 0 {
+            return bad("database.max_mib", "must be at least 1 MiB".into());
+        }
+        if let Some(cpus) = &self.cpus {
+            if cpus.is_empty() {
+                return bad(
+                    "cpus",
+                    "the CPU list is empty (leave it out for all online CPUs)".into(),
+                );
+            }
+        }
+        check_event_sets(&self.event_sets, check_event).or_else(|m| bad("event_sets", m))?;
+        self.cpi
+            .penalties
+            .validate()
+            .or_else(|m| bad("cpi.penalties", m))?;
+        if self.output.formats.is_empty() {
+            return bad(
+                "output.formats",
+                "no format given (use \"jsonl\" and/or \"csv\")".into(),
+            );
+        }
+        check_writable_dir(&self.output.dir).or_else(|m| bad("output.dir", m))?;
+        if self.api.enabled {
+            if self.api.socket.as_os_str().is_empty() {
+                return bad("api.socket", "empty socket path".into());
+            }
+            if self.api.client_queue == 0 {
+                return bad("api.client_queue", "must be at least 1 frame".into());
+            }
+        }
+        if self.metrics.enabled {
+            let addr: SocketAddr = match self.metrics.listen.parse() {
+                Ok(a) => a,
+                Err(e) => {
+                    return bad(
+                        "metrics.listen",
+                        format!("`{}` is not an IP:PORT address ({e})", self.metrics.listen),
+                    )
+                }
+            };
+            if !addr.ip().is_loopback() && !self.metrics.allow_non_loopback {
+                return bad(
+                    "metrics.listen",
+                    format!(
+                        "{addr} is not a loopback address; the endpoint has no authentication, so set `allow_non_loopback = true` in [metrics] to expose it beyond this node"
+                    ),
+                );
+            }
+        }
+        Ok(())
+    }
+
+    /// The sampler's part of the configuration.
+    pub fn sampler_config(&self) -> SamplerConfig {
+        SamplerConfig {
+            targets: self.targets.iter().map(|t| t.select.clone()).collect(),
+            per_cpu: self.per_cpu,
+            cpus: self.cpus.clone(),
+            event_sets: self.event_sets.clone(),
+            procfs: self.procfs,
+            rescan_every: self.rescan_every,
+            cpi_penalties: self.cpi.penalties.clone(),
+            app_sources: self.apps.clone(),
+        }
+    }
+
+    /// The sampling period.
+    pub fn period(&self) -> std::time::Duration {
+        std::time::Duration::from_secs_f64(1.0 / self.rate_hz)
+    }
+}
+
+/// Checks a sampling rate (also used for `--rate`).
+pub fn check_rate(rate_hz: f64) -> Result<(), String> {
+    if !rate_hz.is_finite() || !(MIN_RATE_HZ..=MAX_RATE_HZ).contains(&rate_hz) {
+        return Err(format!(
+            "{rate_hz} Hz is not a possible sampling rate (use {MIN_RATE_HZ} to {MAX_RATE_HZ} Hz)"
+        ));
+    }
+    Ok(())
+}
+
+/// Checks event sets: non-empty sets, no duplicates within a set, known names.
+pub fn check_event_sets(sets: &[Vec<String>], check_event: EventCheck<'_>) -> Result<(), String> {
+    for (i, set) in sets.iter().enumerate() {
+        if set.is_empty() {
+            return Err(format!("set {} is empty", i + 1));
+        }
+        for (j, name) in set.iter().enumerate() {
+            if set[..j].contains(name) {
+                return Err(format!("set {} lists `{name}` twice", i + 1));
+            }
+            check_event(name)
+                .map_err(|reason| format!("unknown event `{name}` in set {}: {reason}", i + 1))?;
+        }
+    }
+    Ok(())
+}
+
+/// Creates `dir` if needed and proves it writable by creating a temporary file.
+pub fn check_writable_dir(dir: &Path) -> Result<(), String> {
+    std::fs::create_dir_all(dir)
+        .map_err(|e| format!("cannot create output directory {}: {e}", dir.display()))?;
+    tempfile::Builder::new()
+        .prefix(".hwqos-write-check")
+        .tempfile_in(dir)
+        .map(drop)
+        .map_err(|e| format!("output directory {} is not writable: {e}", dir.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn any_event(_: &str) -> Result<(), String> {
+        Ok(())
+    }
+
+    fn only_known(name: &str) -> Result<(), String> {
+        if name.starts_with("hw.bogus") {
+            Err("not in the catalog".into())
+        } else {
+            Ok(())
+        }
+    }
+
+    fn parse(text: &str) -> Result<Config, ConfigError> {
+        let dir = std::env::temp_dir();
+        Config::parse(text, &dir.join("t.toml"), &only_known)
+    }
+
+    fn with_out(text: &str) -> (tempfile::TempDir, String) {
+        let d = tempfile::tempdir().unwrap();
+        let t = format!("{text}\n[output]\ndir = {:?}\n", d.path());
+        (d, t)
+    }
+
+    #[test]
+    fn defaults() {
+        let (_d, t) = with_out("");
+        let c = parse(&t).unwrap();
+        assert_eq!(c.rate_hz, 10.0);
+        assert_eq!(c.database.frames, 30_000);
+        assert!(c.per_cpu && c.procfs);
+        assert_eq!(c.event_sets, default_event_sets());
+        assert_eq!(c.metrics.listen, "127.0.0.1:9464");
+        assert_eq!(c.output.formats, vec![Format::Jsonl, Format::Csv]);
+    }
+
+    #[test]
+    fn full_config() {
+        let (_d, t) = with_out(
+            r#"rate_hz = 1000
+per_cpu = false
+cpus = [0]
+event_sets = [["sw.task_clock", "sw.page_faults"]]
+[[target]]
+select = "pid:1"
+[[target]]
+select = "name:nginx"
+[database]
+frames = 100
+[api]
+socket = "mon.sock"
+[metrics]
+listen = "[::1]:0"
+[cpi.penalties]
+llc = 200.0
+"#,
+        );
+        let c = parse(&t).unwrap();
+        assert_eq!(c.rate_hz, 1000.0);
+        assert_eq!(c.targets.len(), 2);
+        assert_eq!(c.targets[1].select.to_string(), "name:nginx");
+        assert_eq!(c.database.frames, 100);
+        assert_eq!(c.cpi.penalties.llc, 200.0);
+        assert!(
+            c.api.socket.is_absolute(),
+            "relative paths anchor at the file"
+        );
+        let s = c.sampler_config();
+        assert_eq!(s.event_sets.len(), 1);
+        assert_eq!(s.cpus, Some(vec![0]));
+    }
+
+    fn err(text: &str) -> ConfigError {
+        let (_d, t) = with_out(text);
+        parse(&t).unwrap_err()
+    }
+
+    #[test]
+    fn unknown_key_is_named_with_position() {
+        let e = err("rate_hz = 10\nrat_hz = 5");
+        let s = e.to_string();
+        assert_eq!(e.position, Some((2, 1)), "{s}");
+        assert!(s.contains("t.toml:2:1") && s.contains("rat_hz"), "{s}");
+        let e = err("[database]\nframes = 5\nsize = 3");
+        assert_eq!(e.key.as_deref(), Some("database.size"), "{e}");
+    }
+
+    #[test]
+    fn bad_type_names_the_key() {
+        let e = err("rate_hz = \"fast\"");
+        assert_eq!(e.key.as_deref(), Some("rate_hz"), "{e}");
+        assert!(e.to_string().contains("t.toml:1:"), "{e}");
+        let e = err("[database]\nframes = -3");
+        assert_eq!(e.key.as_deref(), Some("database.frames"), "{e}");
+    }
+
+    #[test]
+    fn impossible_rate() {
+        for r in ["0", "0.01", "20000", "-5", "nan", "inf"] {
+            let e = err(&format!("rate_hz = {r}"));
+            assert_eq!(e.key.as_deref(), Some("rate_hz"), "{e}");
+            assert!(
+                e.to_string().contains("not a possible sampling rate"),
+                "{e}"
+            );
+            assert_eq!(e.position, Some((1, 1)));
+        }
+    }
+
+    #[test]
+    fn unknown_event_and_bad_sets() {
+        let e = err("event_sets = [[\"sw.page_faults\"], [\"hw.bogus_event\"]]");
+        assert_eq!(e.key.as_deref(), Some("event_sets"));
+        assert!(
+            e.message.contains("hw.bogus_event") && e.message.contains("set 2"),
+            "{e}"
+        );
+        let e = err("event_sets = [[]]");
+        assert!(e.message.contains("empty"), "{e}");
+        let e = err("event_sets = [[\"sw.page_faults\", \"sw.page_faults\"]]");
+        assert!(e.message.contains("twice"), "{e}");
+    }
+
+    #[test]
+    fn bad_target_selector() {
+        let e = err("[[target]]\nselect = \"bogus:1\"");
+        assert_eq!(e.key.as_deref(), Some("target.select"), "{e}");
+        assert!(e.to_string().contains("bogus:1"), "{e}");
+    }
+
+    #[test]
+    fn non_loopback_listen_needs_opt_in() {
+        let e = err("[metrics]\nlisten = \"0.0.0.0:9464\"");
+        assert_eq!(e.key.as_deref(), Some("metrics.listen"));
+        assert!(e.message.contains("allow_non_loopback"), "{e}");
+        let (_d, t) = with_out("[metrics]\nlisten = \"0.0.0.0:9464\"\nallow_non_loopback = true");
+        assert!(parse(&t).is_ok());
+        let e = err("[metrics]\nlisten = \"localhost\"");
+        assert!(e.message.contains("not an IP:PORT"), "{e}");
+    }
+
+    #[test]
+    fn unwritable_output_dir() {
+        let d = tempfile::tempdir().unwrap();
+        let file = d.path().join("a-file");
+        std::fs::write(&file, "x").unwrap();
+        let t = format!("[output]\ndir = {:?}\n", file.join("sub"));
+        let e = parse(&t).unwrap_err();
+        assert_eq!(e.key.as_deref(), Some("output.dir"), "{e}");
+        assert_eq!(e.position, Some((2, 1)));
+        let e = Config::parse(
+            "[output]\nformats = []\n",
+            &d.path().join("t.toml"),
+            &any_event,
+        )
+        .unwrap_err();
+        assert_eq!(e.key.as_deref(), Some("output.formats"));
+        let e = Config::parse(
+            "[output]\nformats = [\"xml\"]\n",
+            &d.path().join("t.toml"),
+            &any_event,
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("xml"), "{e}");
+    }
+
+    #[test]
+    fn line_col_counts_chars() {
+        assert_eq!(line_col("ab\ncd", 4), (2, 2));
+        assert_eq!(line_col("é\nx", 3), (2, 1));
+    }
+}

@@ -1,0 +1,18 @@
+//! hwqos-monitor: continuous hardware and software characteristics monitoring
+//! (the thesis' Charmon, chapter 5 and section 8.3.1) as a node agent.
+//!
+//! - [`config`]: the TOML configuration, validated with errors naming file, key and problem;
+//! - [`db`]: the bounded in-memory frame database and its atomic flush to CSV / JSON lines;
+//! - [`api_server`]: the live API on a Unix socket (protocol and client in [`hwqos_pmu::api`]);
+//! - [`openmetrics`]: the `/metrics` endpoint in OpenMetrics text format;
+//! - [`service`]: the sampling thread, signals, reload and shutdown — [`service::run`]
+//!   is the whole agent, [`service::Monitor`] the embeddable part.
+
+pub mod api_server;
+pub mod config;
+pub mod db;
+pub mod openmetrics;
+pub mod service;
+
+pub use config::{Config, ConfigError};
+pub use service::{run, Engine, Monitor, MonitorError, MonitorHandle, RunOptions};

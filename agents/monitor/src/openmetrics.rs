@@ -1,0 +1,565 @@
+//! The OpenMetrics (`/metrics`) exposition of the newest measurements.
+//!
+//! Naming scheme (every family is a gauge; see below why):
+//!
+//! - a **counter** metric (`hw.*`, `sw.*`, `os.interrupts`, …) is exposed as the
+//!   per-second rate over the last interval in which it was counted:
+//!   `hwqos_<metric>_per_second`, e.g. `hwqos_sw_page_faults_per_second`.
+//!   Time counters in nanoseconds become seconds per second
+//!   (`hwqos_sw_task_clock_seconds_per_second`, i.e. CPUs busy);
+//! - a **gauge** metric is exposed as its value, converted to base units with the
+//!   unit as suffix where it has one: `hwqos_os_cpu_util_ratio`,
+//!   `hwqos_os_proc_rss_bytes`; application metrics named `…_us`/`…_ms`/`…_ns`
+//!   are converted to `…_seconds`;
+//! - labels are the scope's (`scope="process",pid="42"`, `scope="cpu",cpu="0"`, …)
+//!   plus `comm` for processes and threads whose name is known.
+//!
+//! **Event-set rotation.** With several event sets a counter is counted only in
+//! the ticks its set is active, so its series is the rate over the most recent
+//! interval *in which it was counted* — never an extrapolated total. A series
+//! whose scope or metric has not been seen for `stale_after` ticks (twice the
+//! rotation length, at least 10 ticks) disappears. Counters the kernel had to
+//! multiplex also get `hwqos_counter_running_ratio{metric="…",…}`: the share of
+//! the interval the counter actually ran (its value was scaled up by the inverse).
+//!
+//! `derived.rate.*` metrics are left out: they repeat the `_per_second` families.
+//! Monitor self-metrics are `hwqos_monitor_*`.
+//!
+//! Every family is typed `gauge`: the values are per-interval snapshots, and the
+//! self-counts (frames sampled, …) are monotonic gauges because OpenMetrics
+//! (`# TYPE x counter` + `x_total`) and the classic text format that
+//! `promtool check metrics` lints disagree on counter family names; a gauge is
+//! read identically by both, and `rate()` still works on it.
+
+use hwqos_core::{Frame, MetricKind, MetricName, Scope, Unit};
+use std::collections::{BTreeMap, HashMap};
+use std::fmt::Write as _;
+
+/// The content type of the exposition.
+pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+/// One exposed series' latest value.
+#[derive(Clone, Debug, PartialEq)]
+struct Entry {
+    value: f64,
+    /// Share of the interval a multiplexed counter ran (`None`: not multiplexed).
+    running: Option<f64>,
+    seq: u64,
+}
+
+/// How a metric is exposed.
+#[derive(Clone, Debug, PartialEq)]
+struct Family {
+    name: String,
+    help: String,
+    unit: Option<&'static str>,
+    /// Factor from the metric's value to the exposed one (per-interval counts:
+    /// divided by the interval in seconds at update time).
+    scale: f64,
+    per_second: bool,
+}
+
+fn family_for(metric: &MetricName) -> Family {
+    let info = metric.info();
+    let base = metric.openmetrics_name();
+    let (scale, unit_suffix): (f64, Option<&'static str>) = match info.unit {
+        Unit::Nanoseconds => (1e-9, Some("seconds")),
+        Unit::Microseconds => (1e-6, Some("seconds")),
+        Unit::Seconds => (1.0, Some("seconds")),
+        Unit::Bytes => (1.0, Some("bytes")),
+        Unit::Ratio => (1.0, Some("ratio")),
+        Unit::Percent => (0.01, Some("ratio")),
+        _ => (1.0, None),
+    };
+    // Strip an abbreviated unit the name carries and convert to base units.
+    let (base, scale, unit_suffix) = match (unit_suffix, metric.family()) {
+        (None, "app") => {
+            if let Some(stem) = base.strip_suffix("_us") {
+                (stem.to_string(), 1e-6, Some("seconds"))
+            } else if let Some(stem) = base.strip_suffix("_ms") {
+                (stem.to_string(), 1e-3, Some("seconds"))
+            } else if let Some(stem) = base.strip_suffix("_ns") {
+                (stem.to_string(), 1e-9, Some("seconds"))
+            } else {
+                (base, scale, unit_suffix)
+            }
+        }
+        (Some(u), _) => {
+            let stem = base
+                .strip_suffix(&format!("_{u}"))
+                .unwrap_or(&base)
+                .to_string();
+            (stem, scale, unit_suffix)
+        }
+        _ => (base, scale, unit_suffix),
+    };
+    if info.kind == MetricKind::Counter {
+        let name = match unit_suffix {
+            Some(u) => format!("{base}_{u}_per_second"),
+            None => format!("{base}_per_second"),
+        };
+        Family {
+            name,
+            help: format!(
+                "{} per second, over the last interval in which it was counted",
+                info.help
+            ),
+            unit: None,
+            scale,
+            per_second: true,
+        }
+    } else {
+        let name = match unit_suffix {
+            Some(u) => format!("{base}_{u}"),
+            None => base,
+        };
+        Family {
+            name,
+            help: info.help,
+            unit: unit_suffix,
+            scale,
+            per_second: false,
+        }
+    }
+}
+
+/// The monitor's own figures, exposed as `hwqos_monitor_*`.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct SelfMetrics {
+    pub version: String,
+    pub backend: String,
+    pub frames_sampled: u64,
+    pub missed_ticks: u64,
+    pub last_lateness_ns: u64,
+    pub max_lateness_ns: u64,
+    pub dropped_subscribers: u64,
+    pub subscribers: usize,
+    pub multiplexed_samples: u64,
+    pub database_frames: usize,
+    pub database_bytes: usize,
+    pub unavailable_events: usize,
+    pub period_s: f64,
+    pub reloads: u64,
+    pub last_frame_wall_ns: Option<i64>,
+}
+
+/// The latest value of every (metric, scope) seen recently.
+#[derive(Debug, Default)]
+pub struct Exposition {
+    entries: BTreeMap<(MetricName, Scope), Entry>,
+    families: HashMap<MetricName, Family>,
+    comms: HashMap<Scope, (String, u64)>,
+    latest_seq: u64,
+}
+
+impl Exposition {
+    pub fn new() -> Exposition {
+        Exposition::default()
+    }
+
+    /// Number of series held.
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// Takes in a frame; series not updated for `stale_after` ticks are dropped.
+    pub fn update(&mut self, frame: &Frame, stale_after: u64) {
+        let interval_s = frame.interval_ns as f64 / 1e9;
+        self.latest_seq = frame.seq;
+        for s in &frame.samples {
+            // `derived.rate.*` repeats what the per-second counter families show.
+            if !s.value.is_finite() || s.metric.as_str().starts_with("derived.rate.") {
+                continue;
+            }
+            let family = self
+                .families
+                .entry(s.metric.clone())
+                .or_insert_with(|| family_for(&s.metric));
+            let value = if family.per_second {
+                if interval_s <= 0.0 {
+                    continue;
+                }
+                s.value * family.scale / interval_s
+            } else {
+                s.value * family.scale
+            };
+            let running = s
+                .counter
+                .filter(|c| c.multiplexed())
+                .map(|c| c.running_fraction());
+            self.entries.insert(
+                (s.metric.clone(), s.scope.clone()),
+                Entry {
+                    value,
+                    running,
+                    seq: frame.seq,
+                },
+            );
+        }
+        for l in &frame.labels {
+            self.comms
+                .insert(l.scope.clone(), (l.name.clone(), frame.seq));
+        }
+        let horizon = frame.seq.saturating_sub(stale_after);
+        self.entries.retain(|_, e| e.seq >= horizon);
+        self.comms.retain(|_, (_, seq)| *seq >= horizon);
+        let entries = &self.entries;
+        self.families
+            .retain(|m, _| entries.keys().any(|(em, _)| em == m));
+    }
+
+    fn labels(&self, scope: &Scope, extra: Option<(&str, &str)>) -> String {
+        let mut out = String::from("{");
+        let mut first = true;
+        let mut push = |k: &str, v: &str| {
+            if !first {
+                out.push(',');
+            }
+            first = false;
+            let _ = write!(out, "{k}=\"{}\"", escape_label(v));
+        };
+        if let Some((k, v)) = extra {
+            push(k, v);
+        }
+        for (k, v) in scope.labels() {
+            push(k, &v);
+        }
+        if matches!(scope, Scope::Process { .. } | Scope::Thread { .. }) {
+            if let Some((comm, _)) = self.comms.get(scope) {
+                push("comm", comm);
+            }
+        }
+        out.push('}');
+        out
+    }
+
+    /// The whole exposition, terminated by `# EOF`.
+    pub fn render(&self, me: &SelfMetrics) -> String {
+        let mut out = String::new();
+        // Group series by family name (two metrics never share one: names are
+        // the dotted metric names with `.` → `_`, plus unit suffixes).
+        let mut by_family: BTreeMap<&str, (&Family, Vec<(&Scope, &Entry)>)> = BTreeMap::new();
+        for ((metric, scope), e) in &self.entries {
+            if let Some(f) = self.families.get(metric) {
+                by_family
+                    .entry(f.name.as_str())
+                    .or_insert_with(|| (f, Vec::new()))
+                    .1
+                    .push((scope, e));
+            }
+        }
+        for (name, (family, series)) in &by_family {
+            header(&mut out, name, &family.help, family.unit);
+            for (scope, e) in series {
+                let _ = writeln!(out, "{name}{} {}", self.labels(scope, None), num(e.value));
+            }
+        }
+        let running: Vec<_> = self
+            .entries
+            .iter()
+            .filter_map(|((m, s), e)| e.running.map(|r| (m, s, r)))
+            .collect();
+        if !running.is_empty() {
+            header(
+                &mut out,
+                "hwqos_counter_running_ratio",
+                "share of the interval a multiplexed counter ran; its value was scaled by the inverse",
+                Some("ratio"),
+            );
+            for (m, s, r) in running {
+                let _ = writeln!(
+                    out,
+                    "hwqos_counter_running_ratio{} {}",
+                    self.labels(s, Some(("metric", m.as_str()))),
+                    num(r)
+                );
+            }
+        }
+        render_self(&mut out, me);
+        out.push_str("# EOF\n");
+        out
+    }
+}
+
+/// Serves `GET /metrics` on `listener` until `shutdown` turns true.
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    handle: crate::service::MonitorHandle,
+    mut shutdown: tokio::sync::watch::Receiver<bool>,
+) {
+    use axum::http::header;
+    use axum::routing::get;
+    let app =
+        axum::Router::new()
+            .route(
+                "/metrics",
+                get(
+                    |axum::extract::State(h): axum::extract::State<
+                        crate::service::MonitorHandle,
+                    >| async move {
+                        ([(header::CONTENT_TYPE, CONTENT_TYPE)], h.render_metrics())
+                    },
+                ),
+            )
+            .with_state(handle);
+    let stop = async move {
+        let _ = shutdown.changed().await;
+    };
+    if let Err(e) = axum::serve(listener, app)
+        .with_graceful_shutdown(stop)
+        .await
+    {
+        tracing::error!("/metrics server failed: {e}");
+    }
+}
+
+fn header(out: &mut String, name: &str, help: &str, unit: Option<&str>) {
+    let _ = writeln!(out, "# TYPE {name} gauge");
+    if let Some(u) = unit {
+        let _ = writeln!(out, "# UNIT {name} {u}");
+    }
+    let _ = writeln!(out, "# HELP {name} {}", escape_help(help));
+}
+
+fn gauge(out: &mut String, name: &str, help: &str, unit: Option<&str>, value: f64) {
+    header(out, name, help, unit);
+    let _ = writeln!(out, "{name} {}", num(value));
+}
+
+fn render_self(out: &mut String, me: &SelfMetrics) {
+    header(
+        out,
+        "hwqos_monitor_build_info",
+        "hwqos-monitor version and counter backend (value is always 1)",
+        None,
+    );
+    let _ = writeln!(
+        out,
+        "hwqos_monitor_build_info{{version=\"{}\",backend=\"{}\"}} 1",
+        escape_label(&me.version),
+        escape_label(&me.backend)
+    );
+    let g = |out: &mut String, name: &str, help: &str, unit: Option<&str>, v: f64| {
+        gauge(out, name, help, unit, v)
+    };
+    g(
+        out,
+        "hwqos_monitor_frames_sampled",
+        "frames sampled since the monitor started",
+        None,
+        me.frames_sampled as f64,
+    );
+    g(
+        out,
+        "hwqos_monitor_missed_ticks",
+        "ticks missed because sampling overran the period, since start",
+        None,
+        me.missed_ticks as f64,
+    );
+    g(
+        out,
+        "hwqos_monitor_tick_lateness_seconds",
+        "how late the newest tick woke after its deadline",
+        Some("seconds"),
+        me.last_lateness_ns as f64 / 1e9,
+    );
+    g(
+        out,
+        "hwqos_monitor_tick_lateness_max_seconds",
+        "largest tick lateness since start",
+        Some("seconds"),
+        me.max_lateness_ns as f64 / 1e9,
+    );
+    g(
+        out,
+        "hwqos_monitor_sampling_period_seconds",
+        "configured sampling period",
+        Some("seconds"),
+        me.period_s,
+    );
+    g(
+        out,
+        "hwqos_monitor_subscribers",
+        "live API subscribers connected",
+        None,
+        me.subscribers as f64,
+    );
+    g(
+        out,
+        "hwqos_monitor_dropped_subscribers",
+        "live API subscribers dropped for falling behind, since start",
+        None,
+        me.dropped_subscribers as f64,
+    );
+    g(
+        out,
+        "hwqos_monitor_multiplexed_samples",
+        "samples scaled from multiplexed counters, since start",
+        None,
+        me.multiplexed_samples as f64,
+    );
+    g(
+        out,
+        "hwqos_monitor_database_frames",
+        "frames held in the in-memory database",
+        None,
+        me.database_frames as f64,
+    );
+    g(
+        out,
+        "hwqos_monitor_database_size_bytes",
+        "estimated memory held by the database",
+        Some("bytes"),
+        me.database_bytes as f64,
+    );
+    g(
+        out,
+        "hwqos_monitor_unavailable_events",
+        "configured events this node cannot count",
+        None,
+        me.unavailable_events as f64,
+    );
+    g(
+        out,
+        "hwqos_monitor_config_reloads",
+        "successful configuration reloads since start",
+        None,
+        me.reloads as f64,
+    );
+    if let Some(wall) = me.last_frame_wall_ns {
+        g(
+            out,
+            "hwqos_monitor_last_frame_timestamp_seconds",
+            "wall-clock time of the newest frame (Unix epoch)",
+            Some("seconds"),
+            wall as f64 / 1e9,
+        );
+    }
+}
+
+fn num(v: f64) -> String {
+    if v.is_nan() {
+        "NaN".into()
+    } else if v.is_infinite() {
+        if v > 0.0 { "+Inf" } else { "-Inf" }.into()
+    } else {
+        format!("{v}")
+    }
+}
+
+fn escape_label(v: &str) -> String {
+    v.replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
+fn escape_help(v: &str) -> String {
+    v.replace('\\', "\\\\").replace('\n', "\\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use hwqos_core::{CounterReading, Sample, ScopeLabel, Timestamp};
+
+    fn m(s: &'static str) -> MetricName {
+        MetricName::from_static(s)
+    }
+
+    fn frame(seq: u64) -> Frame {
+        let t = Timestamp::default();
+        let p = Scope::Process { pid: 42 };
+        Frame {
+            seq,
+            time: t,
+            interval_ns: 500_000_000,
+            samples: vec![
+                Sample::counter(
+                    t,
+                    p.clone(),
+                    m("sw.page_faults"),
+                    CounterReading {
+                        raw: 10,
+                        time_enabled: 100,
+                        time_running: 50,
+                    },
+                )
+                .unwrap(),
+                Sample::counter(
+                    t,
+                    p.clone(),
+                    m("sw.task_clock"),
+                    CounterReading {
+                        raw: 250_000_000,
+                        time_enabled: 1,
+                        time_running: 1,
+                    },
+                )
+                .unwrap(),
+                Sample::gauge(t, Scope::Cpu { cpu: 1 }, m("os.cpu.util"), 0.25),
+                Sample::gauge(t, Scope::System, m("app.rtt_us"), 1500.0),
+            ],
+            labels: vec![ScopeLabel {
+                scope: p,
+                name: "we\"ird\\".into(),
+            }],
+        }
+    }
+
+    #[test]
+    fn family_names_and_values() {
+        let mut x = Exposition::new();
+        x.update(&frame(1), 10);
+        let text = x.render(&SelfMetrics::default());
+        // 10 raw, multiplexed 50% → 20 per 0.5 s → 40/s.
+        assert!(
+            text.contains("hwqos_sw_page_faults_per_second{scope=\"process\",pid=\"42\",comm=\"we\\\"ird\\\\\"} 40\n"),
+            "{text}"
+        );
+        // 0.25 s of CPU in 0.5 s → 0.5 CPUs.
+        assert!(
+            text.contains(
+                "hwqos_sw_task_clock_seconds_per_second{scope=\"process\",pid=\"42\",comm="
+            ),
+            "{text}"
+        );
+        assert!(text.contains("} 0.5\n"), "{text}");
+        assert!(text.contains(
+            "# TYPE hwqos_os_cpu_util_ratio gauge\n# UNIT hwqos_os_cpu_util_ratio ratio\n"
+        ));
+        assert!(text.contains("hwqos_os_cpu_util_ratio{scope=\"cpu\",cpu=\"1\"} 0.25\n"));
+        assert!(
+            text.contains("hwqos_app_rtt_seconds{scope=\"system\"} 0.0015\n"),
+            "{text}"
+        );
+        assert!(text.contains("hwqos_counter_running_ratio{metric=\"sw.page_faults\",scope=\"process\",pid=\"42\",comm="));
+        assert!(text.contains("hwqos_monitor_frames_sampled 0\n"));
+        assert!(text.ends_with("# EOF\n"));
+    }
+
+    #[test]
+    fn stale_series_disappear() {
+        let mut x = Exposition::new();
+        x.update(&frame(1), 3);
+        assert_eq!(x.len(), 4);
+        let empty = Frame {
+            seq: 3,
+            interval_ns: 1,
+            ..Frame::default()
+        };
+        x.update(&empty, 3);
+        assert_eq!(x.len(), 4, "still within the rotation horizon");
+        let later = Frame {
+            seq: 5,
+            interval_ns: 1,
+            ..Frame::default()
+        };
+        x.update(&later, 3);
+        assert!(x.is_empty());
+        assert!(!x.render(&SelfMetrics::default()).contains("pid=\"42\""));
+    }
+}

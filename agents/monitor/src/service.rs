@@ -1,0 +1,824 @@
+//! The monitor service: a sampling thread driven by the drift-free ticker feeds
+//! the frame database, the live subscribers and the OpenMetrics exposition;
+//! [`run`] adds the API socket, the `/metrics` endpoint and the signals
+//! (SIGHUP reload, SIGUSR1 flush, SIGTERM/SIGINT clean shutdown).
+//!
+//! Everything is usable as a library: [`Monitor::start`] runs the sampling
+//! thread with any [`FrameSource`] (the shipped one is the `hwqos-pmu` sampler,
+//! see [`Engine::this_node`]), and [`MonitorHandle`] offers what the API offers.
+
+use crate::config::{self, Config, ConfigError};
+use crate::db::{self, FlushError, FrameDb};
+use crate::openmetrics::{Exposition, SelfMetrics};
+use crate::{api_server, openmetrics};
+use hwqos_core::recording::{CounterClass, RecordedBackend, RecordingHeader};
+use hwqos_core::ticker::Ticker;
+use hwqos_core::time::format_rfc3339;
+use hwqos_core::{Frame, Timestamp};
+use hwqos_pmu::api::{EventSets, MonitorStatus, UnavailableEvent};
+use hwqos_pmu::backend::perf::PerfBackend;
+use hwqos_pmu::backend::BackendKind;
+use hwqos_pmu::catalog::Catalog;
+use hwqos_pmu::sampler::Sampler;
+use hwqos_pmu::target::Resolver;
+use hwqos_pmu::PmuError;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{mpsc, Arc, Mutex, MutexGuard, RwLock};
+use std::time::Duration;
+use tokio::sync::{broadcast, watch};
+use tracing::{error, info, warn};
+
+/// The version reported in status, hello lines and recordings.
+pub const VERSION: &str = env!("CARGO_PKG_VERSION");
+
+/// Something that produces one frame per tick (the sampler, or a test double).
+pub trait FrameSource: Send {
+    /// Takes one tick's measurements.
+    fn sample(&mut self, time: Timestamp) -> Frame;
+    /// The event sets being rotated (unavailable events removed).
+    fn event_sets(&self) -> Vec<Vec<String>>;
+    /// Replaces the event sets; on error the old ones stay.
+    fn set_event_sets(&mut self, sets: Vec<Vec<String>>) -> Result<(), PmuError>;
+    /// Configured events this node cannot count.
+    fn unavailable(&self) -> Vec<UnavailableEvent>;
+    fn backend(&self) -> BackendKind;
+}
+
+/// The shipped frame source: the `hwqos-pmu` sampler.
+pub struct SamplerSource {
+    sampler: Sampler,
+}
+
+impl FrameSource for SamplerSource {
+    fn sample(&mut self, time: Timestamp) -> Frame {
+        self.sampler.sample(time)
+    }
+    fn event_sets(&self) -> Vec<Vec<String>> {
+        self.sampler.event_sets()
+    }
+    fn set_event_sets(&mut self, sets: Vec<Vec<String>>) -> Result<(), PmuError> {
+        self.sampler.set_event_sets(sets)
+    }
+    fn unavailable(&self) -> Vec<UnavailableEvent> {
+        self.sampler.unavailable().to_vec()
+    }
+    fn backend(&self) -> BackendKind {
+        self.sampler.backend_kind()
+    }
+}
+
+/// Builds a frame source for a configuration.
+pub type SourceFactory = dyn Fn(&Config) -> Result<Box<dyn FrameSource>, PmuError> + Send + Sync;
+
+/// Checks an event name against the catalog (`Err(reason)` when unknown).
+pub type EventChecker = dyn Fn(&str) -> Result<(), String> + Send + Sync;
+
+/// Where frames come from and how event names are checked.
+#[derive(Clone)]
+pub struct Engine {
+    pub make_source: Arc<SourceFactory>,
+    pub check_event: Arc<EventChecker>,
+}
+
+impl Engine {
+    /// The real thing: this node's event catalog, `perf_event` counters, `/proc`.
+    pub fn this_node() -> Engine {
+        let catalog = Arc::new(Catalog::for_this_node());
+        let for_check = catalog.clone();
+        Engine {
+            make_source: Arc::new(move |config: &Config| {
+                let sampler = Sampler::new(
+                    config.sampler_config(),
+                    &catalog,
+                    Box::new(PerfBackend::new()),
+                    Resolver::for_this_node().excluding_pid(Some(std::process::id())),
+                )?;
+                Ok(Box::new(SamplerSource { sampler }) as Box<dyn FrameSource>)
+            }),
+            check_event: Arc::new(move |name: &str| match for_check.resolve(name) {
+                Err(PmuError::UnknownEvent { reason, .. }) => Err(reason),
+                // Known but not countable here: the sampler drops and lists it.
+                _ => Ok(()),
+            }),
+        }
+    }
+
+    /// Loads and validates a config file, applying a `--rate` override.
+    pub fn load_config(
+        &self,
+        path: &Path,
+        rate_override: Option<f64>,
+    ) -> Result<Config, ConfigError> {
+        let check = self.check_event.clone();
+        let mut config = Config::load(path, &move |n: &str| check(n))?;
+        if let Some(rate) = rate_override {
+            config::check_rate(rate).map_err(|message| ConfigError {
+                file: PathBuf::from("--rate"),
+                position: None,
+                key: None,
+                message,
+            })?;
+            config.rate_hz = rate;
+        }
+        Ok(config)
+    }
+}
+
+/// Why the monitor stopped or could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum MonitorError {
+    /// A fatal configuration error (exit code 2).
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// The configuration is well-formed but the sampler rejects it (exit code 2).
+    #[error("configuration rejected by the sampler: {0}")]
+    Rejected(PmuError),
+    #[error("cannot start sampling: {0}")]
+    Source(PmuError),
+    #[error("{context}: {source}")]
+    Io {
+        context: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("sampling clock: {0}")]
+    Ticker(String),
+    #[error(transparent)]
+    Flush(#[from] FlushError),
+}
+
+impl MonitorError {
+    /// The process exit code: 2 for configuration errors, 1 otherwise.
+    pub fn exit_code(&self) -> i32 {
+        match self {
+            MonitorError::Config(_) | MonitorError::Rejected(_) => 2,
+            _ => 1,
+        }
+    }
+
+    fn from_source(e: PmuError) -> MonitorError {
+        match e {
+            PmuError::UnknownEvent { .. } | PmuError::SetTooLarge { .. } | PmuError::Config(_) => {
+                MonitorError::Rejected(e)
+            }
+            other => MonitorError::Source(other),
+        }
+    }
+
+    fn io(context: impl Into<String>) -> impl FnOnce(std::io::Error) -> MonitorError {
+        let context = context.into();
+        move |source| MonitorError::Io { context, source }
+    }
+}
+
+/// Hooks for a service manager (sd-notify READY/RELOADING/STOPPING/WATCHDOG).
+pub trait Notifier: Send + Sync {
+    fn ready(&self) {}
+    fn reloading(&self) {}
+    fn stopping(&self) {}
+    /// Called about once a second while the sampling thread makes progress.
+    fn watchdog(&self) {}
+}
+
+/// A notifier that does nothing.
+pub struct NoNotifier;
+impl Notifier for NoNotifier {}
+
+#[derive(Default)]
+struct Counters {
+    frames_sampled: AtomicU64,
+    missed_ticks: AtomicU64,
+    last_lateness_ns: AtomicU64,
+    max_lateness_ns: AtomicU64,
+    multiplexed_samples: AtomicU64,
+    dropped_subscribers: AtomicU64,
+    subscribers: AtomicUsize,
+    reloads: AtomicU64,
+    last_tick_mono_ns: AtomicU64,
+}
+
+/// What the source reports about itself, cached so status never waits for a tick.
+#[derive(Clone, Debug)]
+struct SourceInfo {
+    event_sets: Vec<Vec<String>>,
+    unavailable: Vec<UnavailableEvent>,
+    backend: BackendKind,
+}
+
+impl SourceInfo {
+    fn of(source: &dyn FrameSource) -> SourceInfo {
+        SourceInfo {
+            event_sets: source.event_sets(),
+            unavailable: source.unavailable(),
+            backend: source.backend(),
+        }
+    }
+}
+
+struct Shared {
+    node: String,
+    started: Timestamp,
+    config_path: Option<PathBuf>,
+    rate_override: Option<f64>,
+    engine: Engine,
+    config: RwLock<Arc<Config>>,
+    db: Mutex<FrameDb>,
+    source: Mutex<Box<dyn FrameSource>>,
+    source_info: Mutex<SourceInfo>,
+    frames_tx: broadcast::Sender<Arc<Frame>>,
+    queue: usize,
+    exposition: Mutex<Exposition>,
+    counters: Counters,
+    metrics_addr: Mutex<Option<SocketAddr>>,
+    period_ns: AtomicU64,
+    stop: AtomicBool,
+    flush_lock: Mutex<()>,
+}
+
+/// Locks a mutex, recovering the data if a thread panicked while holding it
+/// (every guarded value stays consistent between statements).
+fn lock<T: ?Sized>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn period_ns(rate_hz: f64) -> u64 {
+    (1e9 / rate_hz).round().max(1.0) as u64
+}
+
+fn db_bytes(config: &Config) -> usize {
+    config.database.max_mib.saturating_mul(1 << 20)
+}
+
+/// A cheap, cloneable handle on a running monitor: what the API and the
+/// endpoint use, and what an embedding service uses.
+#[derive(Clone)]
+pub struct MonitorHandle {
+    shared: Arc<Shared>,
+}
+
+/// A running monitor: owns the sampling thread.
+pub struct Monitor {
+    handle: MonitorHandle,
+    thread: Option<std::thread::JoinHandle<()>>,
+    done: mpsc::Receiver<()>,
+}
+
+impl Monitor {
+    /// Builds the frame source and starts the sampling thread.
+    pub fn start(
+        config: Config,
+        config_path: Option<PathBuf>,
+        rate_override: Option<f64>,
+        engine: Engine,
+    ) -> Result<Monitor, MonitorError> {
+        let source = (engine.make_source)(&config).map_err(MonitorError::from_source)?;
+        let info = SourceInfo::of(source.as_ref());
+        if !info.unavailable.is_empty() {
+            warn!(
+                "{} configured events are unavailable on this node and are not sampled (see `--list-events` or the API status)",
+                info.unavailable.len()
+            );
+        }
+        let mut ticker =
+            Ticker::new(config.period()).map_err(|e| MonitorError::Ticker(e.to_string()))?;
+        let (frames_tx, _) = broadcast::channel(config.api.client_queue.max(1));
+        let shared = Arc::new(Shared {
+            node: hwqos_core::recording::node_name(),
+            started: Timestamp::now(),
+            config_path,
+            rate_override,
+            engine,
+            db: Mutex::new(FrameDb::new(config.database.frames, db_bytes(&config))),
+            period_ns: AtomicU64::new(period_ns(config.rate_hz)),
+            queue: config.api.client_queue.max(1),
+            config: RwLock::new(Arc::new(config)),
+            source: Mutex::new(source),
+            source_info: Mutex::new(info),
+            frames_tx,
+            exposition: Mutex::new(Exposition::new()),
+            counters: Counters::default(),
+            metrics_addr: Mutex::new(None),
+            stop: AtomicBool::new(false),
+            flush_lock: Mutex::new(()),
+        });
+        let (done_tx, done) = mpsc::channel();
+        let for_thread = shared.clone();
+        let thread = std::thread::Builder::new()
+            .name("hwqos-sampler".into())
+            .spawn(move || {
+                sampling_loop(&for_thread, &mut ticker);
+                let _ = done_tx.send(());
+            })
+            .map_err(MonitorError::io("cannot start the sampling thread"))?;
+        Ok(Monitor {
+            handle: MonitorHandle { shared },
+            thread: Some(thread),
+            done,
+        })
+    }
+
+    pub fn handle(&self) -> MonitorHandle {
+        self.handle.clone()
+    }
+
+    /// Stops sampling. Waits for the sampling thread up to one period (plus a
+    /// second); a thread still asleep on a long period is left to end with the process.
+    pub fn stop(mut self) {
+        self.handle.shared.stop.store(true, Ordering::SeqCst);
+        let period = Duration::from_nanos(self.handle.shared.period_ns.load(Ordering::Relaxed));
+        let wait = period.min(Duration::from_secs(10)) + Duration::from_secs(1);
+        if self.done.recv_timeout(wait).is_ok() {
+            if let Some(t) = self.thread.take() {
+                let _ = t.join();
+            }
+        }
+    }
+}
+
+fn sampling_loop(shared: &Shared, ticker: &mut Ticker) {
+    let mut seq: Option<u64> = None;
+    let mut period = shared.period_ns.load(Ordering::Relaxed);
+    while !shared.stop.load(Ordering::SeqCst) {
+        let tick = ticker.wait();
+        if shared.stop.load(Ordering::SeqCst) {
+            break;
+        }
+        let now = Timestamp::now();
+        let mut frame = lock(&shared.source).sample(now);
+        let next = seq.map_or(0, |s| s + 1 + tick.missed);
+        seq = Some(next);
+        frame.seq = next;
+        let c = &shared.counters;
+        c.frames_sampled.fetch_add(1, Ordering::Relaxed);
+        c.missed_ticks.fetch_add(tick.missed, Ordering::Relaxed);
+        c.last_lateness_ns
+            .store(tick.lateness_ns, Ordering::Relaxed);
+        c.max_lateness_ns
+            .fetch_max(tick.lateness_ns, Ordering::Relaxed);
+        c.last_tick_mono_ns.store(now.mono_ns, Ordering::Relaxed);
+        let multiplexed = frame.samples.iter().filter(|s| s.multiplexed()).count() as u64;
+        c.multiplexed_samples
+            .fetch_add(multiplexed, Ordering::Relaxed);
+        let frame = Arc::new(frame);
+        lock(&shared.db).push(frame.clone());
+        let sets = lock(&shared.source_info).event_sets.len() as u64;
+        lock(&shared.exposition).update(&frame, (2 * sets + 2).max(10));
+        // No receivers is fine; slow receivers lag and are dropped by the API.
+        let _ = shared.frames_tx.send(frame);
+        let wanted = shared.period_ns.load(Ordering::Relaxed);
+        if wanted != period {
+            match ticker.set_period(Duration::from_nanos(wanted)) {
+                Ok(()) => period = wanted,
+                Err(e) => error!("cannot change the sampling period: {e}"),
+            }
+        }
+    }
+}
+
+impl MonitorHandle {
+    /// The configuration in effect.
+    pub fn config(&self) -> Arc<Config> {
+        self.shared
+            .config
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// A receiver of every frame from now on (lags, then errors, if not drained).
+    pub fn subscribe(&self) -> broadcast::Receiver<Arc<Frame>> {
+        self.shared.frames_tx.subscribe()
+    }
+
+    /// Frames a subscriber may fall behind before it is dropped.
+    pub fn client_queue(&self) -> usize {
+        self.shared.queue
+    }
+
+    pub(crate) fn subscriber_added(&self) {
+        self.shared
+            .counters
+            .subscribers
+            .fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn subscriber_removed(&self, dropped: bool) {
+        self.shared
+            .counters
+            .subscribers
+            .fetch_sub(1, Ordering::Relaxed);
+        if dropped {
+            self.shared
+                .counters
+                .dropped_subscribers
+                .fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Recent frames (see [`FrameDb::window`]).
+    pub fn window(&self, seconds: Option<f64>, frames: Option<usize>) -> Vec<Arc<Frame>> {
+        lock(&self.shared.db).window(seconds, frames)
+    }
+
+    /// The current event sets and unavailable events.
+    pub fn event_sets(&self) -> EventSets {
+        let info = lock(&self.shared.source_info).clone();
+        EventSets {
+            sets: info.event_sets,
+            unavailable: info.unavailable,
+        }
+    }
+
+    /// Replaces the event sets rotated for every target (until the next reload).
+    /// Blocks for up to one sampling tick.
+    pub fn set_event_sets(&self, sets: Vec<Vec<String>>) -> Result<EventSets, String> {
+        let check = self.shared.engine.check_event.clone();
+        config::check_event_sets(&sets, &move |n: &str| check(n))?;
+        let mut source = lock(&self.shared.source);
+        source.set_event_sets(sets).map_err(|e| e.to_string())?;
+        let info = SourceInfo::of(source.as_ref());
+        drop(source);
+        *lock(&self.shared.source_info) = info;
+        info!("event sets replaced through the API");
+        Ok(self.event_sets())
+    }
+
+    /// The monitor's state.
+    pub fn status(&self) -> MonitorStatus {
+        let config = self.config();
+        let info = lock(&self.shared.source_info).clone();
+        let (frames_in_db, last_seq, scopes) = {
+            let db = lock(&self.shared.db);
+            let latest = db.latest();
+            (
+                db.len(),
+                latest.map(|f| f.seq),
+                latest.map_or(0, |f| f.scopes().len()),
+            )
+        };
+        let c = &self.shared.counters;
+        MonitorStatus {
+            node: self.shared.node.clone(),
+            version: VERSION.to_string(),
+            backend: info.backend,
+            rate_hz: config.rate_hz,
+            started: self.shared.started,
+            frames_sampled: c.frames_sampled.load(Ordering::Relaxed),
+            missed_ticks: c.missed_ticks.load(Ordering::Relaxed),
+            last_seq,
+            last_lateness_ns: c.last_lateness_ns.load(Ordering::Relaxed),
+            frames_in_db,
+            db_capacity: config.database.frames,
+            targets: config
+                .targets
+                .iter()
+                .map(|t| t.select.to_string())
+                .collect(),
+            scopes_in_last_frame: scopes,
+            event_sets: info.event_sets,
+            unavailable: info.unavailable,
+            multiplexed_samples: c.multiplexed_samples.load(Ordering::Relaxed),
+            subscribers: c.subscribers.load(Ordering::Relaxed),
+            dropped_subscribers: c.dropped_subscribers.load(Ordering::Relaxed),
+            reloads: c.reloads.load(Ordering::Relaxed),
+            metrics_listen: lock(&self.shared.metrics_addr).map(|a| a.to_string()),
+            output_dir: config.output.dir.clone(),
+        }
+    }
+
+    /// The OpenMetrics exposition text.
+    pub fn render_metrics(&self) -> String {
+        let config = self.config();
+        let info = lock(&self.shared.source_info).clone();
+        let (database_frames, database_bytes, last_wall) = {
+            let db = lock(&self.shared.db);
+            (db.len(), db.bytes(), db.latest().map(|f| f.time.wall_ns))
+        };
+        let c = &self.shared.counters;
+        let me = SelfMetrics {
+            version: VERSION.to_string(),
+            backend: backend_name(info.backend).to_string(),
+            frames_sampled: c.frames_sampled.load(Ordering::Relaxed),
+            missed_ticks: c.missed_ticks.load(Ordering::Relaxed),
+            last_lateness_ns: c.last_lateness_ns.load(Ordering::Relaxed),
+            max_lateness_ns: c.max_lateness_ns.load(Ordering::Relaxed),
+            dropped_subscribers: c.dropped_subscribers.load(Ordering::Relaxed),
+            subscribers: c.subscribers.load(Ordering::Relaxed),
+            multiplexed_samples: c.multiplexed_samples.load(Ordering::Relaxed),
+            database_frames,
+            database_bytes,
+            unavailable_events: info.unavailable.len(),
+            period_s: 1.0 / config.rate_hz,
+            reloads: c.reloads.load(Ordering::Relaxed),
+            last_frame_wall_ns: last_wall,
+        };
+        lock(&self.shared.exposition).render(&me)
+    }
+
+    pub(crate) fn set_metrics_addr(&self, addr: SocketAddr) {
+        *lock(&self.shared.metrics_addr) = Some(addr);
+    }
+
+    /// Writes the database to the output directory in the configured formats.
+    pub fn flush(&self) -> Result<Vec<PathBuf>, FlushError> {
+        let _one_at_a_time = lock(&self.shared.flush_lock);
+        let config = self.config();
+        let frames = lock(&self.shared.db).snapshot();
+        let info = lock(&self.shared.source_info).clone();
+        let mut header = RecordingHeader::new(
+            self.shared.node.clone(),
+            self.shared.started,
+            config.rate_hz,
+            match info.backend {
+                BackendKind::Perf => RecordedBackend::Perf,
+                BackendKind::Simulated => RecordedBackend::Simulated,
+            },
+            CounterClass::of(frames.iter().map(|f| f.as_ref())),
+        );
+        header.event_sets = info.event_sets;
+        header.writer = format!("hwqos-monitor {VERSION}");
+        let stem = flush_stem(&self.shared.node, frames.last().map(|f| f.seq));
+        let paths = db::flush(
+            &frames,
+            &header,
+            &config.output.dir,
+            &stem,
+            &config.output.formats,
+        )?;
+        info!(
+            frames = frames.len(),
+            "database flushed to {}",
+            config.output.dir.display()
+        );
+        Ok(paths)
+    }
+
+    /// Re-reads the config file and applies it (SIGHUP). On error the running
+    /// configuration stays.
+    pub fn reload(&self) -> Result<(), MonitorError> {
+        let path = self
+            .shared
+            .config_path
+            .clone()
+            .ok_or_else(|| MonitorError::Io {
+                context: "reload".into(),
+                source: std::io::Error::other("the monitor was started without a config file"),
+            })?;
+        let config = self
+            .shared
+            .engine
+            .load_config(&path, self.shared.rate_override)?;
+        self.apply(config)
+    }
+
+    /// Applies a new configuration, keeping the database (its newest frames if
+    /// it shrinks). The API socket, the metrics address and the subscriber queue
+    /// length only change on restart.
+    pub fn apply(&self, mut new: Config) -> Result<(), MonitorError> {
+        let old = self.config();
+        if new.api != old.api {
+            warn!("[api] changes take effect on restart; keeping the running socket");
+            new.api = old.api.clone();
+        }
+        if new.metrics != old.metrics {
+            warn!("[metrics] changes take effect on restart; keeping the running endpoint");
+            new.metrics = old.metrics.clone();
+        }
+        let sampler_changed = serde_json::to_value(new.sampler_config()).ok()
+            != serde_json::to_value(old.sampler_config()).ok();
+        if sampler_changed {
+            let source =
+                (self.shared.engine.make_source)(&new).map_err(MonitorError::from_source)?;
+            let info = SourceInfo::of(source.as_ref());
+            *lock(&self.shared.source) = source;
+            *lock(&self.shared.source_info) = info;
+        }
+        lock(&self.shared.db).set_limits(new.database.frames, db_bytes(&new));
+        self.shared
+            .period_ns
+            .store(period_ns(new.rate_hz), Ordering::Relaxed);
+        *self
+            .shared
+            .config
+            .write()
+            .unwrap_or_else(|e| e.into_inner()) = Arc::new(new);
+        self.shared.counters.reloads.fetch_add(1, Ordering::Relaxed);
+        info!(sampler_rebuilt = sampler_changed, "configuration reloaded");
+        Ok(())
+    }
+
+    /// Nanoseconds (monotonic) of the newest tick, 0 before the first.
+    fn last_tick_mono_ns(&self) -> u64 {
+        self.shared
+            .counters
+            .last_tick_mono_ns
+            .load(Ordering::Relaxed)
+    }
+
+    fn period(&self) -> Duration {
+        Duration::from_nanos(self.shared.period_ns.load(Ordering::Relaxed))
+    }
+}
+
+/// `perf` or `simulated`.
+pub fn backend_name(kind: BackendKind) -> &'static str {
+    match kind {
+        BackendKind::Perf => "perf",
+        BackendKind::Simulated => "simulated",
+    }
+}
+
+/// File stem of a flush: `hwqos-<node>-<UTC yyyymmddThhmmssZ>-<last seq>`.
+fn flush_stem(node: &str, last_seq: Option<u64>) -> String {
+    let node: String = node
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    let utc: String = format_rfc3339(hwqos_core::time::wall_ns())
+        .chars()
+        .take(19)
+        .filter(|c| *c != '-' && *c != ':')
+        .collect();
+    match last_seq {
+        Some(seq) => format!("hwqos-{node}-{utc}Z-{seq}"),
+        None => format!("hwqos-{node}-{utc}Z-empty"),
+    }
+}
+
+/// Options of [`run`] besides the config.
+pub struct RunOptions {
+    /// `--rate`: overrides `rate_hz` (also across reloads).
+    pub rate_override: Option<f64>,
+    pub notifier: Arc<dyn Notifier>,
+}
+
+impl Default for RunOptions {
+    fn default() -> Self {
+        RunOptions {
+            rate_override: None,
+            notifier: Arc::new(NoNotifier),
+        }
+    }
+}
+
+/// Runs the monitor as a service until SIGTERM or SIGINT, with this node's
+/// counters. Configuration errors are [`MonitorError::Config`] (exit code 2).
+pub fn run(config_path: &Path, options: RunOptions) -> Result<(), MonitorError> {
+    let engine = Engine::this_node();
+    let config = engine.load_config(config_path, options.rate_override)?;
+    run_with(config, Some(config_path.to_path_buf()), engine, options)
+}
+
+/// [`run`] with a given configuration and engine.
+pub fn run_with(
+    config: Config,
+    config_path: Option<PathBuf>,
+    engine: Engine,
+    options: RunOptions,
+) -> Result<(), MonitorError> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .thread_name("hwqos-monitor-io")
+        .enable_all()
+        .build()
+        .map_err(MonitorError::io("cannot start the async runtime"))?;
+    runtime.block_on(serve(config, config_path, engine, options))
+}
+
+async fn serve(
+    config: Config,
+    config_path: Option<PathBuf>,
+    engine: Engine,
+    options: RunOptions,
+) -> Result<(), MonitorError> {
+    use tokio::signal::unix::{signal, SignalKind};
+    // Signals first: SIGHUP's default action would kill the process.
+    let sig = |kind: SignalKind, name: &str| {
+        signal(kind).map_err(MonitorError::io(format!("cannot handle {name}")))
+    };
+    let mut hup = sig(SignalKind::hangup(), "SIGHUP")?;
+    let mut usr1 = sig(SignalKind::user_defined1(), "SIGUSR1")?;
+    let mut term = sig(SignalKind::terminate(), "SIGTERM")?;
+    let mut int = sig(SignalKind::interrupt(), "SIGINT")?;
+
+    let monitor = Monitor::start(config.clone(), config_path, options.rate_override, engine)?;
+    let handle = monitor.handle();
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let mut tasks = Vec::new();
+
+    let mut socket_path = None;
+    if config.api.enabled {
+        let listener = api_server::bind(&config.api.socket)?;
+        info!("live API on {}", config.api.socket.display());
+        socket_path = Some(config.api.socket.clone());
+        tasks.push(tokio::spawn(api_server::serve(
+            listener,
+            handle.clone(),
+            stop_rx.clone(),
+        )));
+    }
+    if config.metrics.enabled {
+        let addr = config.metrics.addr().ok_or_else(|| MonitorError::Io {
+            context: "metrics.listen".into(),
+            source: std::io::Error::other("invalid address"),
+        })?;
+        let listener = tokio::net::TcpListener::bind(addr)
+            .await
+            .map_err(MonitorError::io(format!(
+                "cannot listen on {addr} for /metrics"
+            )))?;
+        let bound = listener
+            .local_addr()
+            .map_err(MonitorError::io("metrics listener address"))?;
+        handle.set_metrics_addr(bound);
+        info!("OpenMetrics on http://{bound}/metrics");
+        tasks.push(tokio::spawn(openmetrics::serve(
+            listener,
+            handle.clone(),
+            stop_rx.clone(),
+        )));
+    }
+
+    options.notifier.ready();
+    info!(rate_hz = config.rate_hz, "hwqos-monitor {VERSION} sampling");
+    let mut watchdog = tokio::time::interval(Duration::from_secs(1));
+    loop {
+        tokio::select! {
+            _ = hup.recv() => {
+                options.notifier.reloading();
+                let h = handle.clone();
+                match tokio::task::spawn_blocking(move || h.reload()).await {
+                    Ok(Ok(())) => {}
+                    Ok(Err(e)) => error!("configuration reload rejected, keeping the running configuration: {e}"),
+                    Err(e) => error!("configuration reload failed: {e}"),
+                }
+                options.notifier.ready();
+            }
+            _ = usr1.recv() => {
+                let h = handle.clone();
+                match tokio::task::spawn_blocking(move || h.flush()).await {
+                    Ok(Ok(paths)) => info!("SIGUSR1: wrote {paths:?}"),
+                    Ok(Err(e)) => error!("SIGUSR1 flush failed: {e}"),
+                    Err(e) => error!("SIGUSR1 flush failed: {e}"),
+                }
+            }
+            _ = watchdog.tick() => {
+                let age = hwqos_core::time::monotonic_ns().saturating_sub(handle.last_tick_mono_ns());
+                if age <= (3 * handle.period() + Duration::from_secs(1)).as_nanos() as u64 {
+                    options.notifier.watchdog();
+                }
+            }
+            _ = term.recv() => { info!("SIGTERM: shutting down"); break; }
+            _ = int.recv() => { info!("SIGINT: shutting down"); break; }
+        }
+    }
+
+    options.notifier.stopping();
+    let _ = stop_tx.send(true);
+    tokio::task::spawn_blocking(move || monitor.stop())
+        .await
+        .map_err(|e| MonitorError::Io {
+            context: "stopping the sampler".into(),
+            source: std::io::Error::other(e.to_string()),
+        })?;
+    for t in tasks {
+        let _ = tokio::time::timeout(Duration::from_secs(2), t).await;
+    }
+    if let Some(path) = socket_path {
+        api_server::remove_socket(&path);
+    }
+    if handle.config().output.flush_on_exit {
+        let h = handle.clone();
+        match tokio::task::spawn_blocking(move || h.flush()).await {
+            Ok(Ok(paths)) => info!("final flush: wrote {paths:?}"),
+            Ok(Err(e)) => {
+                error!("final flush failed: {e}");
+                return Err(MonitorError::Flush(e));
+            }
+            Err(e) => error!("final flush failed: {e}"),
+        }
+    }
+    Ok(())
+}
+
+/// Samples one interval and returns the frame (`--once`): a first tick starts
+/// the counters, the second, one period later, reads them.
+pub fn sample_once(config: &Config, engine: &Engine) -> Result<Frame, MonitorError> {
+    let mut source = (engine.make_source)(config).map_err(MonitorError::from_source)?;
+    let mut ticker =
+        Ticker::new(config.period()).map_err(|e| MonitorError::Ticker(e.to_string()))?;
+    ticker.wait();
+    let _ = source.sample(Timestamp::now());
+    ticker.wait();
+    let mut frame = source.sample(Timestamp::now());
+    frame.seq = 1;
+    Ok(frame)
+}

@@ -1,0 +1,254 @@
+//! `hwqos top`: a live per-process and per-CPU view built on the monitor engine.
+//!
+//! Every process on the node is a sampler target (followed as processes come
+//! and go) with `/proc` metrics (CPU use, faults, threads, RSS) and kernel
+//! counters (context switches, page faults; instructions and cycles for IPC
+//! where the node has a PMU); every CPU gets utilization, interrupts and soft
+//! interrupts from `/proc` and the same counters system-wide. On a terminal the
+//! screen is redrawn each update; otherwise (or with `--plain`) each update is
+//! printed as a plain block, no escape codes.
+
+use crate::args::TopArgs;
+use crate::error::usage;
+use crate::record::{engine, parse_event_sets};
+use anyhow::{Context, Result};
+use hwqos_core::ticker::Ticker;
+use hwqos_core::{Frame, Scope, Timestamp};
+use hwqos_pmu::sampler::SamplerConfig;
+use hwqos_pmu::target::TargetSelector;
+use std::fmt::Write as _;
+use std::io::{IsTerminal, Write};
+use std::time::Duration;
+
+/// Counters `top` uses unless `-e` says otherwise (hardware ones are dropped
+/// where there is no PMU).
+pub fn default_event_sets() -> Vec<Vec<String>> {
+    vec![vec![
+        "sw.context_switches".into(),
+        "sw.page_faults".into(),
+        "hw.instructions".into(),
+        "hw.cycles".into(),
+    ]]
+}
+
+fn per_sec(frame: &Frame, scope: &Scope, metric: &str) -> Option<f64> {
+    let secs = frame.interval_ns as f64 / 1e9;
+    (secs > 0.0)
+        .then(|| frame.value(scope, metric).map(|v| v / secs))
+        .flatten()
+}
+
+fn cell(v: Option<f64>, fmt: impl Fn(f64) -> String) -> String {
+    v.filter(|x| x.is_finite())
+        .map_or_else(|| "-".to_string(), fmt)
+}
+
+/// One update as plain text: a system line, the CPU table and the `top`
+/// processes with the highest CPU use.
+pub fn render_frame(frame: &Frame, top: usize) -> String {
+    let mut out = String::new();
+    let sys = Scope::System;
+    let _ = writeln!(
+        out,
+        "hwqos top — {}  interval {:.2} s  cpu {}  runnable {}  load1 {}  ctxsw/s {}  irq/s {}  mem avail {}",
+        hwqos_core::time::format_rfc3339(frame.time.wall_ns),
+        frame.interval_ns as f64 / 1e9,
+        cell(frame.value(&sys, "os.cpu.util"), |v| format!("{:.1}%", v * 100.0)),
+        cell(frame.value(&sys, "os.runqueue"), |v| format!("{v:.0}")),
+        cell(frame.value(&sys, "os.load1"), |v| format!("{v:.2}")),
+        cell(per_sec(frame, &sys, "os.ctxt"), |v| format!("{v:.0}")),
+        cell(per_sec(frame, &sys, "os.interrupts"), |v| format!("{v:.0}")),
+        cell(frame.value(&sys, "os.mem.available"), |v| format!("{:.0} MiB", v / 1048576.0)),
+    );
+    let _ = writeln!(
+        out,
+        "\n{:>5} {:>6} {:>6} {:>6} {:>6} {:>9} {:>9} {:>9} {:>6}",
+        "CPU", "util%", "user%", "sys%", "irq%", "irq/s", "softirq/s", "ctxsw/s", "IPC"
+    );
+    let mut cpus: Vec<u32> = frame
+        .scopes()
+        .into_iter()
+        .filter_map(|s| match s {
+            Scope::Cpu { cpu } => Some(*cpu),
+            _ => None,
+        })
+        .collect();
+    cpus.sort_unstable();
+    for cpu in cpus {
+        let s = Scope::Cpu { cpu };
+        let pct = |m: &str| cell(frame.value(&s, m), |v| format!("{:.1}", v * 100.0));
+        let _ = writeln!(
+            out,
+            "{cpu:>5} {:>6} {:>6} {:>6} {:>6} {:>9} {:>9} {:>9} {:>6}",
+            pct("os.cpu.util"),
+            pct("os.cpu.user"),
+            pct("os.cpu.system"),
+            pct("os.cpu.irq"),
+            cell(per_sec(frame, &s, "os.interrupts"), |v| format!("{v:.0}")),
+            cell(per_sec(frame, &s, "os.softirqs"), |v| format!("{v:.0}")),
+            cell(per_sec(frame, &s, "sw.context_switches"), |v| format!(
+                "{v:.0}"
+            )),
+            cell(frame.value(&s, "derived.ipc"), |v| format!("{v:.2}")),
+        );
+    }
+    let mut procs: Vec<(u32, f64)> = frame
+        .scopes()
+        .into_iter()
+        .filter_map(|s| match s {
+            Scope::Process { pid } => Some((*pid, frame.value(s, "os.proc.cpu").unwrap_or(0.0))),
+            _ => None,
+        })
+        .collect();
+    procs.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+    let _ = writeln!(
+        out,
+        "\n{:>7} {:<16} {:>6} {:>4} {:>9} {:>9} {:>9} {:>6}   ({} processes)",
+        "PID",
+        "COMMAND",
+        "CPU%",
+        "THR",
+        "RSS MiB",
+        "faults/s",
+        "ctxsw/s",
+        "IPC",
+        procs.len()
+    );
+    for (pid, _) in procs.into_iter().take(top) {
+        let s = Scope::Process { pid };
+        let _ = writeln!(
+            out,
+            "{pid:>7} {:<16} {:>6} {:>4} {:>9} {:>9} {:>9} {:>6}",
+            frame.label(&s).unwrap_or("?"),
+            cell(frame.value(&s, "os.proc.cpu"), |v| format!(
+                "{:.1}",
+                v * 100.0
+            )),
+            cell(frame.value(&s, "os.proc.threads"), |v| format!("{v:.0}")),
+            cell(frame.value(&s, "os.proc.rss"), |v| format!(
+                "{:.1}",
+                v / 1048576.0
+            )),
+            cell(
+                per_sec(frame, &s, "sw.page_faults").or_else(|| per_sec(
+                    frame,
+                    &s,
+                    "os.proc.minor_faults"
+                )),
+                |v| format!("{v:.0}")
+            ),
+            cell(per_sec(frame, &s, "sw.context_switches"), |v| format!(
+                "{v:.0}"
+            )),
+            cell(frame.value(&s, "derived.ipc"), |v| format!("{v:.2}")),
+        );
+    }
+    out
+}
+
+/// Runs `hwqos top`.
+pub fn run(args: &TopArgs, out: &mut dyn Write) -> Result<()> {
+    if !(args.delay.is_finite() && args.delay > 0.0) {
+        return Err(usage(format!(
+            "-d {}: the delay must be a positive number of seconds",
+            args.delay
+        )));
+    }
+    let mut ticker =
+        Ticker::new(Duration::from_secs_f64(args.delay)).map_err(|e| usage(format!("-d: {e}")))?;
+    let event_sets = match &args.events {
+        Some(spec) => parse_event_sets(spec)?,
+        None => default_event_sets(),
+    };
+    let cfg = SamplerConfig {
+        targets: vec![TargetSelector::Regex(String::new())],
+        per_cpu: true,
+        event_sets,
+        procfs: true,
+        rescan_every: 1,
+        ..SamplerConfig::default()
+    };
+    let mut sampler = engine(cfg)?.sampler;
+    crate::child::catch_interrupts()?;
+    let redraw = !args.plain && std::io::stdout().is_terminal();
+    sampler.sample(Timestamp::now());
+    let mut shown = 0u64;
+    while args.iterations.is_none_or(|n| shown < n) && !crate::child::interrupted() {
+        ticker.wait();
+        let frame = sampler.sample(Timestamp::now());
+        let text = render_frame(&frame, args.top);
+        let block = if redraw {
+            format!("\x1b[H\x1b[2J{text}")
+        } else {
+            format!("{text}\n")
+        };
+        out.write_all(block.as_bytes())
+            .and_then(|()| out.flush())
+            .context("writing to stdout")?;
+        shown += 1;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use hwqos_core::{MetricName, Sample, ScopeLabel};
+
+    #[test]
+    fn plain_table_known_answers() {
+        let time = Timestamp {
+            mono_ns: 1,
+            wall_ns: 0,
+        };
+        let g = |scope: Scope, m: &'static str, v: f64| {
+            Sample::gauge(time, scope, MetricName::from_static(m), v)
+        };
+        let p1 = Scope::Process { pid: 100 };
+        let p2 = Scope::Process { pid: 200 };
+        let frame = Frame {
+            seq: 3,
+            time,
+            interval_ns: 500_000_000,
+            samples: vec![
+                g(Scope::System, "os.runqueue", 3.0),
+                g(Scope::Cpu { cpu: 1 }, "os.cpu.util", 0.25),
+                g(Scope::Cpu { cpu: 1 }, "os.interrupts", 50.0),
+                g(p1.clone(), "os.proc.cpu", 0.10),
+                g(p2.clone(), "os.proc.cpu", 0.90),
+                g(p2.clone(), "sw.context_switches", 1000.0),
+                g(p2.clone(), "derived.ipc", 1.5),
+            ],
+            labels: vec![
+                ScopeLabel {
+                    scope: p1,
+                    name: "idle".into(),
+                },
+                ScopeLabel {
+                    scope: p2,
+                    name: "busy".into(),
+                },
+            ],
+        };
+        let text = render_frame(&frame, 1);
+        assert!(!text.contains('\x1b'));
+        assert!(text.contains("runnable 3"), "{text}");
+        // 50 interrupts in 0.5 s = 100/s on CPU 1 at 25 % utilization.
+        let cpu_line = text
+            .lines()
+            .find(|l| l.trim_start().starts_with("1 "))
+            .unwrap();
+        assert!(
+            cpu_line.contains("25.0") && cpu_line.contains("100"),
+            "{cpu_line}"
+        );
+        // Only the busiest process is shown with -top 1: 1000 switches in 0.5 s.
+        let busy = text.lines().find(|l| l.contains("busy")).unwrap();
+        assert!(
+            busy.contains("90.0") && busy.contains("2000") && busy.contains("1.50"),
+            "{busy}"
+        );
+        assert!(!text.contains("idle"));
+        assert!(text.contains("(2 processes)"));
+    }
+}

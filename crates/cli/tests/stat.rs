@@ -1,0 +1,407 @@
+//! `hwqos stat` end to end: JSON line shape, errors and exit codes, unavailable
+//! events, and known-answer comparisons against the kernel's expected counts and
+//! against `perf stat` (Debian's linux-perf) on the same deterministic workload
+//! (`hwqos-testload`).
+//!
+//! The perf comparisons need `perf` on PATH (the README's test command installs
+//! it); set `HWQOS_SKIP_PERF_ORACLE=1` to skip only those on a machine without it.
+
+use serde_json::Value;
+use std::process::{Command, Output};
+
+const HWQOS: &str = env!("CARGO_BIN_EXE_hwqos");
+const TESTLOAD: &str = env!("CARGO_BIN_EXE_hwqos-testload");
+
+fn hwqos(args: &[&str]) -> Output {
+    Command::new(HWQOS).args(args).output().expect("run hwqos")
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+fn json_lines(o: &Output) -> Vec<Value> {
+    stdout(o)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON: {l}: {e}")))
+        .collect()
+}
+
+/// `hwqos stat --json -e EVENTS -- testload ARGS`; returns event → value.
+fn hwqos_counts(events: &str, load: &[&str]) -> std::collections::BTreeMap<String, f64> {
+    let mut args = vec!["stat", "--json", "-e", events, "--", TESTLOAD];
+    args.extend_from_slice(load);
+    let o = hwqos(&args);
+    assert!(o.status.success(), "hwqos stat failed: {}", stderr(&o));
+    json_lines(&o)
+        .into_iter()
+        .map(|v| {
+            let value = v["value"]
+                .as_f64()
+                .unwrap_or_else(|| panic!("no value in {v}"));
+            (v["event"].as_str().unwrap().to_string(), value)
+        })
+        .collect()
+}
+
+/// `perf stat -x, -e EVENTS -- testload ARGS`; returns event → value (task-clock in ns).
+fn perf_counts(events: &str, load: &[&str]) -> std::collections::BTreeMap<String, f64> {
+    let o = Command::new("perf")
+        .args(["stat", "-x,", "-e", events, "--", TESTLOAD])
+        .args(load)
+        .output()
+        .expect("run perf");
+    assert!(o.status.success(), "perf stat failed: {}", stderr(&o));
+    stderr(&o)
+        .lines()
+        .filter(|l| !l.trim().is_empty() && !l.starts_with('#'))
+        .map(|l| {
+            let f: Vec<&str> = l.split(',').collect();
+            let value: f64 = f[0].parse().unwrap_or_else(|_| panic!("perf line {l}"));
+            // perf prints task-clock in msec.
+            let value = if f[1] == "msec" { value * 1e6 } else { value };
+            (f[2].to_string(), value)
+        })
+        .collect()
+}
+
+fn perf_available() -> bool {
+    let ok = Command::new("perf")
+        .args(["stat", "-x,", "-e", "task-clock", "--", "true"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !ok && std::env::var_os("HWQOS_SKIP_PERF_ORACLE").is_none() {
+        panic!("perf is not usable here: install Debian's linux-perf (apt-get install -y linux-perf) or set HWQOS_SKIP_PERF_ORACLE=1");
+    }
+    ok
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+fn within(a: f64, b: f64, tol: f64) -> bool {
+    (a - b).abs() <= tol * b.abs().max(1.0)
+}
+
+#[test]
+fn json_lines_have_the_documented_shape() {
+    let o = hwqos(&[
+        "stat",
+        "--json",
+        "-e",
+        "task-clock,sw.page_faults,context-switches",
+        "--",
+        TESTLOAD,
+        "--pages",
+        "2000",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let lines = json_lines(&o);
+    assert_eq!(lines.len(), 3, "{}", stdout(&o));
+    let events: Vec<&str> = lines.iter().map(|v| v["event"].as_str().unwrap()).collect();
+    assert_eq!(events, ["task-clock", "sw.page_faults", "context-switches"]);
+    for v in &lines {
+        assert_eq!(v["schema"], "hwqos.stat/1");
+        assert!(v["scope"].as_str().unwrap().starts_with("pid:"), "{v}");
+        assert!(v["value"].as_f64().unwrap() >= 0.0);
+        assert!(v["counter_value"].as_u64().is_some());
+        assert!(v["time_enabled"].as_u64().unwrap() > 0);
+        assert_eq!(
+            v["multiplexed"], false,
+            "software counters never multiplex: {v}"
+        );
+        assert!(v.get("unavailable").is_none());
+        assert!(v.get("interval").is_none());
+    }
+    assert_eq!(lines[0]["unit"], "nanoseconds");
+    assert_eq!(lines[0]["metric"], "sw.task_clock");
+    assert_eq!(lines[1]["unit"], "events");
+    // 2000 touched pages, plus the loader's own faults.
+    let faults = lines[1]["value"].as_f64().unwrap();
+    assert!(faults >= 2000.0, "{faults}");
+}
+
+#[test]
+fn unknown_event_exits_2_and_names_it() {
+    let o = hwqos(&["stat", "-e", "task-clock,no-such-event-xyz", "--", "true"]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains("no-such-event-xyz"), "{}", stderr(&o));
+    assert!(stdout(&o).is_empty());
+}
+
+#[test]
+fn bad_usage_exits_2() {
+    // No target at all.
+    let o = hwqos(&["stat", "-e", "task-clock"]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains("-p PID"), "{}", stderr(&o));
+    // Both -p and -a.
+    let o = hwqos(&["stat", "-p", "1", "-a"]);
+    assert_eq!(o.status.code(), Some(2));
+    // A zero interval.
+    let o = hwqos(&["stat", "-I", "0", "--", "true"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("-I"), "{}", stderr(&o));
+    // A pid that does not exist.
+    let o = hwqos(&["stat", "-p", "999999999"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("999999999"), "{}", stderr(&o));
+}
+
+#[test]
+fn exit_status_of_the_command_is_propagated() {
+    let o = hwqos(&["stat", "-e", "task-clock", "--", TESTLOAD, "--exit", "3"]);
+    assert_eq!(o.status.code(), Some(3), "{}", stderr(&o));
+    let o = hwqos(&[
+        "stat",
+        "-e",
+        "task-clock",
+        "--",
+        "sh",
+        "-c",
+        "kill -TERM $$",
+    ]);
+    assert_eq!(o.status.code(), Some(128 + 15), "{}", stderr(&o));
+    // The counts are still printed for a failing command.
+    assert!(stdout(&o).contains("task-clock"), "{}", stdout(&o));
+    let o = hwqos(&["stat", "-e", "task-clock", "--", "/nonexistent/command"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        stderr(&o).contains("cannot run `/nonexistent/command`"),
+        "{}",
+        stderr(&o)
+    );
+}
+
+/// The events `hwqos list --json` reports unavailable on this node.
+fn unavailable_events() -> Vec<String> {
+    let o = hwqos(&["list", "--json"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    json_lines(&o)
+        .into_iter()
+        .filter(|v| v["available"] == false)
+        .filter_map(|v| v["name"].as_str().map(str::to_string))
+        .collect()
+}
+
+#[test]
+fn unavailable_event_is_not_supported_and_the_rest_is_counted() {
+    let missing = unavailable_events();
+    // On a PMU-less node the hardware events are the unavailable ones; on a node
+    // with a PMU some model-specific event usually is. If everything is
+    // available there is no unavailable event to try.
+    let Some(ev) = missing
+        .iter()
+        .find(|e| e.as_str() == "hw.cycles")
+        .or(missing.first())
+    else {
+        eprintln!("every catalog event is available on this node; nothing to check");
+        return;
+    };
+    let list = format!("task-clock,{ev},page-faults");
+    let o = hwqos(&[
+        "stat", "--json", "-e", &list, "--", TESTLOAD, "--pages", "100",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let lines = json_lines(&o);
+    assert_eq!(lines.len(), 3);
+    assert!(lines[1]["value"].is_null(), "{}", lines[1]);
+    assert!(lines[1]["unavailable"]
+        .as_str()
+        .unwrap()
+        .contains("not supported"));
+    assert!(lines[0]["value"].as_f64().unwrap() > 0.0);
+    assert!(lines[2]["value"].as_f64().unwrap() >= 100.0);
+    // Text output says <not supported> like perf, and the command still ran.
+    let o = hwqos(&["stat", "-e", &list, "--", "true"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stdout(&o).contains("<not supported>"), "{}", stdout(&o));
+    // Only unavailable events: fatal, with the reasons.
+    let o = hwqos(&["stat", "-e", ev, "--", "true"]);
+    assert_eq!(o.status.code(), Some(1), "{}", stdout(&o));
+    assert!(
+        stderr(&o).contains("none of the requested events"),
+        "{}",
+        stderr(&o)
+    );
+}
+
+#[test]
+fn default_events_never_fail_for_missing_hardware() {
+    let o = hwqos(&["stat", "--json", "--", "true"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let lines = json_lines(&o);
+    let names: Vec<&str> = lines.iter().map(|v| v["event"].as_str().unwrap()).collect();
+    assert_eq!(
+        names,
+        [
+            "task-clock",
+            "context-switches",
+            "cpu-migrations",
+            "page-faults",
+            "cycles",
+            "instructions",
+            "branches",
+            "branch-misses"
+        ]
+    );
+    assert!(lines[0]["value"].as_f64().unwrap() > 0.0);
+}
+
+#[test]
+fn kernel_known_answers_for_pages_and_round_trips() {
+    // 20,000 pinned round trips are 40,000 context switches; 50,000 fresh pages are
+    // 50,000 minor faults. Loader and runtime overheads are small against these.
+    let c = hwqos_counts(
+        "context-switches,page-faults",
+        &["--pages", "50000", "--round-trips", "20000"],
+    );
+    let cs = c["context-switches"];
+    assert!(
+        within(cs, 40_000.0, 0.005),
+        "context switches {cs}, expected 40000 ± 0.5%"
+    );
+    let pf = c["page-faults"];
+    assert!(
+        within(pf, 50_000.0, 0.02),
+        "page faults {pf}, expected 50000 ± 2%"
+    );
+}
+
+#[test]
+fn agrees_with_perf_stat_within_2_percent() {
+    if !perf_available() {
+        return;
+    }
+    let events = "task-clock,page-faults,context-switches";
+    let load = [
+        "--pages",
+        "50000",
+        "--round-trips",
+        "20000",
+        "--spin-iters",
+        "60000000",
+    ];
+    let mut ours: std::collections::BTreeMap<&str, Vec<f64>> = Default::default();
+    let mut perfs: std::collections::BTreeMap<&str, Vec<f64>> = Default::default();
+    for _ in 0..3 {
+        let h = hwqos_counts(events, &load);
+        let p = perf_counts(events, &load);
+        for e in ["task-clock", "page-faults", "context-switches"] {
+            ours.entry(e).or_default().push(h[e]);
+            perfs.entry(e).or_default().push(p[e]);
+        }
+    }
+    for e in ["task-clock", "page-faults", "context-switches"] {
+        let (h, p) = (median(ours[e].clone()), median(perfs[e].clone()));
+        assert!(
+            within(h, p, 0.02),
+            "{e}: hwqos {h} vs perf {p} (runs: hwqos {:?}, perf {:?})",
+            ours[e],
+            perfs[e]
+        );
+    }
+    // The workload is large enough that the fixed costs do not matter.
+    assert!(
+        median(ours["task-clock"].clone()) > 100e6,
+        "spin too short: {:?}",
+        ours["task-clock"]
+    );
+}
+
+#[test]
+fn interval_mode_prints_deltas_then_totals() {
+    let o = hwqos(&[
+        "stat",
+        "--json",
+        "-I",
+        "100",
+        "-e",
+        "page-faults,context-switches",
+        "--",
+        TESTLOAD,
+        "--sleep-ms",
+        "450",
+        "--pages",
+        "5000",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let lines = json_lines(&o);
+    let (intervals, totals): (Vec<&Value>, Vec<&Value>) =
+        lines.iter().partition(|v| v.get("interval").is_some());
+    assert_eq!(totals.len(), 2, "{}", stdout(&o));
+    assert!(
+        intervals.len() >= 4,
+        "expected at least two intervals of two events: {}",
+        stdout(&o)
+    );
+    let total_faults = totals[0]["value"].as_f64().unwrap();
+    let interval_faults: f64 = intervals
+        .iter()
+        .filter(|v| v["event"] == "page-faults")
+        .map(|v| v["value"].as_f64().unwrap())
+        .sum();
+    assert!(
+        interval_faults <= total_faults,
+        "{interval_faults} > {total_faults}"
+    );
+    let times: Vec<f64> = intervals
+        .iter()
+        .map(|v| v["interval"].as_f64().unwrap())
+        .collect();
+    assert!(times.windows(2).all(|w| w[0] <= w[1]), "{times:?}");
+}
+
+#[test]
+fn attach_to_a_running_process_counts_its_new_threads() {
+    let mut child = Command::new(TESTLOAD)
+        .args(["--delay-ms", "700", "--round-trips", "3000"])
+        .spawn()
+        .expect("start testload");
+    let pid = child.id().to_string();
+    let o = hwqos(&[
+        "stat",
+        "--json",
+        "-e",
+        "context-switches,task-clock",
+        "-p",
+        &pid,
+    ]);
+    let _ = child.wait();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let lines = json_lines(&o);
+    assert_eq!(lines[0]["scope"], format!("pid:{pid}"));
+    // The echo thread is created after attaching: inherit counts it too.
+    let cs = lines[0]["value"].as_f64().unwrap();
+    assert!(
+        within(cs, 6000.0, 0.02),
+        "context switches {cs}, expected about 6000"
+    );
+}
+
+#[test]
+fn separated_output_matches_perfs_field_order() {
+    let o = hwqos(&[
+        "stat",
+        "-x",
+        ";",
+        "-e",
+        "page-faults,task-clock",
+        "--",
+        "true",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = stdout(&o);
+    let lines: Vec<Vec<&str>> = out.lines().map(|l| l.split(';').collect()).collect();
+    assert_eq!(lines.len(), 2, "{out}");
+    assert_eq!((lines[0][1], lines[0][2]), ("", "page-faults"));
+    assert_eq!((lines[1][1], lines[1][2]), ("msec", "task-clock"));
+    assert_eq!(lines[1][6], "CPUs utilized");
+    assert!(lines[0][0].parse::<u64>().is_ok());
+}
