@@ -25,8 +25,8 @@ use tracing::{debug, warn};
 pub const WRITE_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Binds the API socket: creates the parent directory, removes a stale socket,
-/// and sets mode 0660.
-pub fn bind(path: &Path) -> Result<UnixListener, MonitorError> {
+/// and sets mode 0660. Needs no async runtime; [`serve`] takes the listener.
+pub fn bind(path: &Path) -> Result<std::os::unix::net::UnixListener, MonitorError> {
     let io = |context: String| move |source| MonitorError::Io { context, source };
     if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
         std::fs::create_dir_all(parent).map_err(io(format!(
@@ -54,8 +54,11 @@ pub fn bind(path: &Path) -> Result<UnixListener, MonitorError> {
             path.display()
         )))?;
     }
-    let listener =
-        UnixListener::bind(path).map_err(io(format!("cannot bind {}", path.display())))?;
+    let listener = std::os::unix::net::UnixListener::bind(path)
+        .map_err(io(format!("cannot bind {}", path.display())))?;
+    listener
+        .set_nonblocking(true)
+        .map_err(io(format!("cannot configure {}", path.display())))?;
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o660))
         .map_err(io(format!("cannot set permissions of {}", path.display())))?;
     Ok(listener)
@@ -72,10 +75,17 @@ pub fn remove_socket(path: &Path) {
 
 /// Accepts connections until `shutdown` turns true.
 pub async fn serve(
-    listener: UnixListener,
+    listener: std::os::unix::net::UnixListener,
     handle: MonitorHandle,
     mut shutdown: watch::Receiver<bool>,
 ) {
+    let listener = match UnixListener::from_std(listener) {
+        Ok(l) => l,
+        Err(e) => {
+            tracing::error!("live API unavailable: {e}");
+            return;
+        }
+    };
     loop {
         tokio::select! {
             accepted = listener.accept() => match accepted {

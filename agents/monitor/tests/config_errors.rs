@@ -91,14 +91,23 @@ fn impossible_rate() {
             &["rate_hz", "not a possible sampling rate"],
         );
     }
+    // The same check applies to `--rate`.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("ok.toml");
+    std::fs::write(
+        &path,
+        format!("[output]\ndir = {:?}\n", dir.path().join("out")),
+    )
+    .unwrap();
     let out = run(&[
         "--check-config",
         "--rate",
         "0",
         "--config",
-        "/nonexistent/x.toml",
+        path.to_str().unwrap(),
     ]);
     assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--rate"));
 }
 
 #[test]

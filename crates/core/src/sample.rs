@@ -133,15 +133,6 @@ pub struct Frame {
     pub labels: Vec<ScopeLabel>,
 }
 
-impl Default for Timestamp {
-    fn default() -> Self {
-        Timestamp {
-            mono_ns: 0,
-            wall_ns: 0,
-        }
-    }
-}
-
 impl Frame {
     /// The first sample of `metric` about `scope`, if any.
     pub fn get(&self, scope: &Scope, metric: &str) -> Option<&Sample> {

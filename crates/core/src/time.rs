@@ -3,7 +3,7 @@
 use serde::{Deserialize, Serialize};
 
 /// A point in time on both clocks, taken together.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub struct Timestamp {
     /// `CLOCK_MONOTONIC` in nanoseconds: the time base every computation uses.
     pub mono_ns: u64,

@@ -7,7 +7,8 @@
 //!   from the curated per-CPU-model table;
 //! - perf's symbolic names and aliases (`cycles`, `cs`, `task-clock`) and its
 //!   legacy cache syntax `<cache>-<op>-<result>` (`L1-dcache-load-misses`), reported
-//!   as the generic metric;
+//!   as the generic metric (as in perf, `L2-…` means the last-level cache; the real
+//!   L2 is `hw.l2.*`);
 //! - raw events `rNNNN` (hex `config` on `PERF_TYPE_RAW`), metric `hw.raw.rnnnn`;
 //! - sysfs PMU syntax `pmu/term=value,term,…/` (`cpu/event=0x51,umask=0x1/`,
 //!   `cpu/cache-misses/`, `msr/tsc/`), encoded through the PMU's `type`, `format/`
