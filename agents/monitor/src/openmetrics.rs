@@ -123,6 +123,9 @@ fn family_for(metric: &MetricName) -> Family {
     }
 }
 
+/// A family and its series, for rendering.
+type FamilySeries<'a> = (&'a Family, Vec<(&'a Scope, &'a Entry)>);
+
 /// The monitor's own figures, exposed as `hwqos_monitor_*`.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct SelfMetrics {
@@ -242,7 +245,7 @@ impl Exposition {
         let mut out = String::new();
         // Group series by family name (two metrics never share one: names are
         // the dotted metric names with `.` → `_`, plus unit suffixes).
-        let mut by_family: BTreeMap<&str, (&Family, Vec<(&Scope, &Entry)>)> = BTreeMap::new();
+        let mut by_family: BTreeMap<&str, FamilySeries<'_>> = BTreeMap::new();
         for ((metric, scope), e) in &self.entries {
             if let Some(f) = self.families.get(metric) {
                 by_family

@@ -120,8 +120,6 @@ fn sigterm_exits_cleanly_removes_the_socket_and_flushes() {
 
 #[test]
 fn sigint_without_flush_on_exit() {
-    let dir = tempfile::tempdir().unwrap();
-    let _ = dir;
     let mut m = Running::start(&format!("rate_hz = 50\n{SW_SETS}\n"), "");
     // Turn the final flush off through a reload, then interrupt.
     let text = config_text(&format!("rate_hz = 50\n{SW_SETS}\n"), &m.socket, &m.out, "")
