@@ -678,6 +678,20 @@ llc = 200.0
     }
 
     #[test]
+    fn example_config_is_valid_and_matches_the_defaults() {
+        let text = include_str!("../../../deploy/config/monitor.toml");
+        let d = tempfile::tempdir().unwrap();
+        let text = text.replace(
+            "dir = \"/var/lib/hwqos/monitor\"",
+            &format!("dir = {:?}", d.path()),
+        );
+        let c = parse(&text).unwrap();
+        let mut expected = Config::default();
+        expected.output.dir = d.path().to_path_buf();
+        assert_eq!(c, expected);
+    }
+
+    #[test]
     fn line_col_counts_chars() {
         assert_eq!(line_col("ab\ncd", 4), (2, 2));
         assert_eq!(line_col("é\nx", 3), (2, 1));
