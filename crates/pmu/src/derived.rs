@@ -122,7 +122,10 @@ pub fn cpi_stack(
         .iter()
         .filter_map(|&(component, miss, penalty)| {
             let misses = counts.get(&MetricName::from_static(miss))?;
-            Some((MetricName::from_static(component), misses.max(0.0) * penalty / instructions))
+            Some((
+                MetricName::from_static(component),
+                misses.max(0.0) * penalty / instructions,
+            ))
         })
         .collect();
     if components.is_empty() {
@@ -181,10 +184,16 @@ pub fn derive(
     }
     if let (Some(instructions), Some(cycles)) = (get("hw.instructions"), get("hw.cycles")) {
         if cycles > 0.0 {
-            out.push((MetricName::from_static("derived.ipc"), instructions / cycles));
+            out.push((
+                MetricName::from_static("derived.ipc"),
+                instructions / cycles,
+            ));
         }
         if instructions > 0.0 {
-            out.push((MetricName::from_static("derived.cpi"), cycles / instructions));
+            out.push((
+                MetricName::from_static("derived.cpi"),
+                cycles / instructions,
+            ));
         }
         if let Some(stack) = cpi_stack(counts, instructions, cycles, penalties) {
             out.push((MetricName::from_static("derived.cpi.base"), stack.base));
@@ -206,11 +215,16 @@ mod tests {
     use super::*;
 
     fn counts(pairs: &[(&'static str, f64)]) -> HashMap<MetricName, f64> {
-        pairs.iter().map(|&(n, v)| (MetricName::from_static(n), v)).collect()
+        pairs
+            .iter()
+            .map(|&(n, v)| (MetricName::from_static(n), v))
+            .collect()
     }
 
     fn find(out: &[(MetricName, f64)], name: &str) -> Option<f64> {
-        out.iter().find(|(n, _)| n.as_str() == name).map(|(_, v)| *v)
+        out.iter()
+            .find(|(n, _)| n.as_str() == name)
+            .map(|(_, v)| *v)
     }
 
     #[test]
@@ -228,7 +242,11 @@ mod tests {
         assert_eq!(find(&out, "derived.ipc"), Some(2.0));
         assert_eq!(find(&out, "derived.cpi"), Some(0.5));
         assert_eq!(find(&out, "derived.l1d.miss_ratio"), Some(0.1));
-        assert_eq!(find(&out, "derived.branch.miss_ratio"), None, "0/0 is not a ratio");
+        assert_eq!(
+            find(&out, "derived.branch.miss_ratio"),
+            None,
+            "0/0 is not a ratio"
+        );
         assert_eq!(find(&out, "derived.cpu_utilization"), Some(0.5));
         assert_eq!(find(&out, "derived.rate.hw.cycles"), Some(2_000.0));
         assert_eq!(find(&out, "derived.llc.miss_ratio"), None);
@@ -273,7 +291,10 @@ mod tests {
         assert_eq!(s.base, 0.0);
         let sum: f64 = s.components.iter().map(|(_, v)| v).sum();
         assert!((sum - 2.0).abs() < 1e-12);
-        assert!((s.components[0].1 / s.components[1].1 - 3.0).abs() < 1e-12, "proportions kept");
+        assert!(
+            (s.components[0].1 / s.components[1].1 - 3.0).abs() < 1e-12,
+            "proportions kept"
+        );
         assert!(cpi_stack(&c, 0.0, 2_000.0, &p).is_none());
         assert!(cpi_stack(&counts(&[]), 1_000.0, 2_000.0, &p).is_none());
     }

@@ -142,7 +142,9 @@ impl Sampler {
         let (sets, unavailable) = resolve_sets(&cfg.event_sets, catalog, backend.as_mut())?;
         let cpus = match &cfg.cpus {
             Some(cpus) if cpus.is_empty() => {
-                return Err(PmuError::Config("the CPU list for per-CPU counting is empty".into()))
+                return Err(PmuError::Config(
+                    "the CPU list for per-CPU counting is empty".into(),
+                ))
             }
             Some(cpus) => cpus.clone(),
             None => online_cpus(Path::new("/sys")),
@@ -171,7 +173,11 @@ impl Sampler {
         };
         if sampler.cfg.per_cpu {
             for cpu in sampler.cpus.clone() {
-                sampler.attach(Scope::Cpu { cpu }, None, vec![(cpu, CountTarget::Cpu { cpu })]);
+                sampler.attach(
+                    Scope::Cpu { cpu },
+                    None,
+                    vec![(cpu, CountTarget::Cpu { cpu })],
+                );
             }
         }
         sampler.follow(&resolved);
@@ -217,7 +223,9 @@ impl Sampler {
         self.cfg.event_sets = sets;
         let scopes: Vec<Scope> = self.targets.keys().cloned().collect();
         for scope in scopes {
-            let Some(mut target) = self.targets.remove(&scope) else { continue };
+            let Some(mut target) = self.targets.remove(&scope) else {
+                continue;
+            };
             target.active = 0;
             target.enabled_at = None;
             let units = std::mem::take(&mut target.units);
@@ -252,7 +260,10 @@ impl Sampler {
         self.ticks += 1;
 
         let mut gone: Vec<Scope> = Vec::new();
-        if self.cfg.rescan_every > 0 && self.ticks > 1 && (self.ticks - 1) % u64::from(self.cfg.rescan_every) == 0 {
+        if self.cfg.rescan_every > 0
+            && self.ticks > 1
+            && (self.ticks - 1) % u64::from(self.cfg.rescan_every) == 0
+        {
             gone = self.rescan();
         }
 
@@ -326,7 +337,12 @@ impl Sampler {
             .iter()
             .map(|p| Scope::Process { pid: p.pid })
             .collect();
-        out.extend(resolved.threads.iter().map(|&(pid, tid)| Scope::Thread { pid, tid }));
+        out.extend(
+            resolved
+                .threads
+                .iter()
+                .map(|&(pid, tid)| Scope::Thread { pid, tid }),
+        );
         out.extend(resolved.cgroups.iter().map(|d| self.cgroup_scope(d)));
         out
     }
@@ -348,7 +364,17 @@ impl Sampler {
         for &(pid, tid) in &resolved.threads {
             let scope = Scope::Thread { pid, tid };
             if !self.targets.contains_key(&scope) {
-                self.attach(scope, None, vec![(tid, CountTarget::Task { tid, inherit: false })]);
+                self.attach(
+                    scope,
+                    None,
+                    vec![(
+                        tid,
+                        CountTarget::Task {
+                            tid,
+                            inherit: false,
+                        },
+                    )],
+                );
             }
         }
         for dir in &resolved.cgroups {
@@ -412,9 +438,17 @@ impl Sampler {
 
     /// Reads the active set of one target (if it is counting), reports it, and
     /// rotates to the next set (unless the target is being dropped).
-    fn tick_target(&mut self, scope: &Scope, time: Timestamp, last_time: bool, out: &mut Vec<Sample>) {
+    fn tick_target(
+        &mut self,
+        scope: &Scope,
+        time: Timestamp,
+        last_time: bool,
+        out: &mut Vec<Sample>,
+    ) {
         let n_sets = self.sets.len();
-        let Some(target) = self.targets.get_mut(scope) else { return };
+        let Some(target) = self.targets.get_mut(scope) else {
+            return;
+        };
         if n_sets == 0 {
             return;
         }
@@ -425,7 +459,9 @@ impl Sampler {
             let mut deltas: Vec<GroupReading> = Vec::new();
             let mut vanished: Vec<u32> = Vec::new();
             for (key, unit) in target.units.iter_mut() {
-                let Some(g) = unit.groups[active] else { continue };
+                let Some(g) = unit.groups[active] else {
+                    continue;
+                };
                 if rotate {
                     if let Err(e) = backend.disable(g) {
                         note_error(scope, &e, *key, &mut vanished);
@@ -514,7 +550,9 @@ fn note_error(scope: &Scope, e: &PmuError, key: u32, vanished: &mut Vec<u32>) {
             tracing::debug!(%scope, unit = key, "task vanished");
             vanished.push(key);
         }
-        other => tracing::warn!(%scope, unit = key, error = %other, "counter group failed this tick"),
+        other => {
+            tracing::warn!(%scope, unit = key, error = %other, "counter group failed this tick")
+        }
     }
 }
 
@@ -533,7 +571,11 @@ fn delta(now: &GroupReading, before: &GroupReading) -> GroupReading {
 
 /// Opens one group per event set on `target`. `None` if the task is gone;
 /// sets that fail otherwise are skipped for this unit (logged).
-fn open_unit(backend: &mut dyn CounterBackend, sets: &[EventSet], target: CountTarget) -> Option<Unit> {
+fn open_unit(
+    backend: &mut dyn CounterBackend,
+    sets: &[EventSet],
+    target: CountTarget,
+) -> Option<Unit> {
     let mut groups = Vec::with_capacity(sets.len());
     for set in sets {
         match backend.open_group(&target, &set.events) {
@@ -581,7 +623,10 @@ fn resolve_sets(
             }
         }
         if let Some(capacity) = backend.capacity() {
-            let hw = events.iter().filter(|e| e.attr.type_ != perf_type::SOFTWARE).count();
+            let hw = events
+                .iter()
+                .filter(|e| e.attr.type_ != perf_type::SOFTWARE)
+                .count();
             if hw > capacity {
                 return Err(PmuError::SetTooLarge {
                     set: set.clone(),
@@ -604,7 +649,8 @@ fn resolve_sets(
                         Ok(()) => true,
                         Err(e) => {
                             let reason = match e {
-                                PmuError::Unavailable { reason, .. } | PmuError::Permission { reason, .. } => reason,
+                                PmuError::Unavailable { reason, .. }
+                                | PmuError::Permission { reason, .. } => reason,
                                 other => other.to_string(),
                             };
                             tracing::info!(event = %event.name, %reason, "event unavailable");
@@ -681,7 +727,11 @@ pub fn combine(readings: &[CounterReading]) -> Option<(CounterReading, f64)> {
     Some((
         CounterReading {
             raw,
-            time_enabled: if multiplexed { e_all } else { e_all.max(running) },
+            time_enabled: if multiplexed {
+                e_all
+            } else {
+                e_all.max(running)
+            },
             time_running,
         },
         scaled,
@@ -715,7 +765,9 @@ fn report(
             tracing::debug!(%scope, event = %event.name, "counter never ran this interval");
             continue;
         };
-        if let Some(mut sample) = Sample::counter(time, scope.clone(), event.metric.clone(), reading) {
+        if let Some(mut sample) =
+            Sample::counter(time, scope.clone(), event.metric.clone(), reading)
+        {
             sample.value = value;
             out.push(sample);
             counts.insert(event.metric.clone(), value);
@@ -757,5 +809,24 @@ mod tests {
         let (_, v) = combine(&[r(100, 1_000, 1_000), r(0, 1_000, 0)]).unwrap();
         assert_eq!(v, 200.0);
         assert!(combine(&[r(0, 1_000, 0)]).is_none());
+    }
+
+    #[test]
+    fn config_from_toml_with_defaults_and_unknown_keys_rejected() {
+        let cfg: SamplerConfig = toml::from_str(
+            r#"
+            targets = ["pid:1", "regex:^nginx"]
+            event_sets = [["hw.cycles", "hw.instructions"], ["sw.page_faults"]]
+            [cpi_penalties]
+            llc = 220.0
+            "#,
+        )
+        .unwrap();
+        assert_eq!(cfg.targets.len(), 2);
+        assert_eq!(cfg.event_sets[1], vec!["sw.page_faults".to_string()]);
+        assert_eq!(cfg.rescan_every, 10);
+        assert_eq!(cfg.cpi_penalties.llc, 220.0);
+        let err = toml::from_str::<SamplerConfig>("event_set = []").unwrap_err();
+        assert!(err.to_string().contains("event_set"), "{err}");
     }
 }

@@ -18,8 +18,6 @@ use hwqos_pmu::catalog::Catalog;
 use hwqos_pmu::sampler::{Sampler, SamplerConfig};
 use hwqos_pmu::target::{Resolver, TargetSelector};
 use std::io::{BufRead, BufReader, Read, Write};
-use std::os::fd::AsRawFd;
-use std::os::unix::process::CommandExt;
 use std::process::{Child, ChildStdout, Command, Stdio};
 
 const WORKLOAD_ENV: &str = "HWQOS_KA_WORKLOAD";
@@ -38,7 +36,9 @@ const EVENTS: [&str; 3] = ["sw.context_switches", "sw.page_faults", "sw.task_clo
 /// environment variable (a normal test run) it returns at once.
 #[test]
 fn workload_child_entry() {
-    let Ok(spec) = std::env::var(WORKLOAD_ENV) else { return };
+    let Ok(spec) = std::env::var(WORKLOAD_ENV) else {
+        return;
+    };
     let gated = std::env::var(GATED_ENV).is_ok_and(|v| v == "1");
     let stdin = std::io::stdin();
     if gated {
@@ -136,11 +136,17 @@ fn rusage_ns(who: libc::c_int) -> u64 {
 
 fn child_command(workload: &str, gated: bool) -> Command {
     let mut cmd = Command::new(std::env::current_exe().unwrap());
-    cmd.args(["workload_child_entry", "--exact", "--nocapture", "--test-threads=1", "-q"])
-        .env(WORKLOAD_ENV, workload)
-        .env(GATED_ENV, if gated { "1" } else { "0" })
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped());
+    cmd.args([
+        "workload_child_entry",
+        "--exact",
+        "--nocapture",
+        "--test-threads=1",
+        "-q",
+    ])
+    .env(WORKLOAD_ENV, workload)
+    .env(GATED_ENV, if gated { "1" } else { "0" })
+    .stdin(Stdio::piped())
+    .stdout(Stdio::piped());
     cmd
 }
 
@@ -206,10 +212,19 @@ fn sampler(targets: Vec<TargetSelector>, events: &[&str]) -> Sampler {
         rescan_every: 0,
         ..SamplerConfig::default()
     };
-    let s = Sampler::new(cfg, &Catalog::for_this_node(), Box::new(PerfBackend::new()), Resolver::for_this_node())
-        .unwrap();
+    let s = Sampler::new(
+        cfg,
+        &Catalog::for_this_node(),
+        Box::new(PerfBackend::new()),
+        Resolver::for_this_node(),
+    )
+    .unwrap();
     assert_eq!(s.backend_kind(), BackendKind::Perf);
-    assert!(s.unavailable().is_empty(), "software events work everywhere: {:?}", s.unavailable());
+    assert!(
+        s.unavailable().is_empty(),
+        "software events work everywhere: {:?}",
+        s.unavailable()
+    );
     s
 }
 
@@ -234,7 +249,11 @@ fn count_with_backend(workload: &str) -> Vec<u64> {
     let groups: Vec<_> = child
         .threads()
         .into_iter()
-        .map(|tid| backend.open_group(&CountTarget::Task { tid, inherit: true }, &events).unwrap())
+        .map(|tid| {
+            backend
+                .open_group(&CountTarget::Task { tid, inherit: true }, &events)
+                .unwrap()
+        })
         .collect();
     for g in &groups {
         backend.enable(*g).unwrap();
@@ -244,7 +263,10 @@ fn count_with_backend(workload: &str) -> Vec<u64> {
     for g in &groups {
         backend.disable(*g).unwrap();
         let r: GroupReading = backend.read(*g).unwrap();
-        assert_eq!(r.time_enabled, r.time_running, "software events never multiplex");
+        assert_eq!(
+            r.time_enabled, r.time_running,
+            "software events never multiplex"
+        );
         for (s, v) in sum.iter_mut().zip(&r.values) {
             *s += v;
         }
@@ -255,7 +277,12 @@ fn count_with_backend(workload: &str) -> Vec<u64> {
 
 fn assert_within(what: &str, got: f64, expected: f64, rel: f64) {
     let err = (got - expected).abs() / expected;
-    assert!(err <= rel, "{what}: got {got}, expected {expected} (error {:.3}% > {:.3}%)", err * 100.0, rel * 100.0);
+    assert!(
+        err <= rel,
+        "{what}: got {got}, expected {expected} (error {:.3}% > {:.3}%)",
+        err * 100.0,
+        rel * 100.0
+    );
 }
 
 #[test]
@@ -265,7 +292,12 @@ fn pingpong_context_switches_are_2n_through_the_sampler() {
     assert!(matches!(pid, Scope::Process { .. }));
     let cs = f.get(&pid, "sw.context_switches").unwrap();
     assert!(!cs.multiplexed());
-    assert_within("context switches", cs.value, 2.0 * ROUND_TRIPS as f64, 0.005);
+    assert_within(
+        "context switches",
+        cs.value,
+        2.0 * ROUND_TRIPS as f64,
+        0.005,
+    );
     let rate = f.value(&pid, "derived.rate.sw.context_switches").unwrap();
     assert_within("rate", rate, cs.value / (f.interval_ns as f64 / 1e9), 1e-9);
 }
@@ -273,14 +305,24 @@ fn pingpong_context_switches_are_2n_through_the_sampler() {
 #[test]
 fn pingpong_context_switches_are_2n_through_the_backend() {
     let counts = count_with_backend(&format!("pingpong:{ROUND_TRIPS}"));
-    assert_within("context switches", counts[0] as f64, 2.0 * ROUND_TRIPS as f64, 0.005);
+    assert_within(
+        "context switches",
+        counts[0] as f64,
+        2.0 * ROUND_TRIPS as f64,
+        0.005,
+    );
 }
 
 #[test]
 fn fresh_pages_fault_once_each_through_the_sampler() {
     let f = count_with_sampler(&format!("pages:{PAGES}"));
     let pid = f.scopes()[0].clone();
-    assert_within("page faults", f.value(&pid, "sw.page_faults").unwrap(), PAGES as f64, 0.02);
+    assert_within(
+        "page faults",
+        f.value(&pid, "sw.page_faults").unwrap(),
+        PAGES as f64,
+        0.02,
+    );
 }
 
 #[test]
@@ -302,12 +344,23 @@ fn task_clock_of_a_busy_loop_matches_getrusage() {
     burn_thread_cpu(300_000_000);
     let used = rusage_ns(libc::RUSAGE_THREAD) - before;
     let f = s.sample(now());
-    assert_within("task clock via sampler", f.value(&scope, "sw.task_clock").unwrap(), used as f64, 0.02);
+    assert_within(
+        "task clock via sampler",
+        f.value(&scope, "sw.task_clock").unwrap(),
+        used as f64,
+        0.02,
+    );
 
     let mut backend = PerfBackend::new();
     let event = Catalog::for_this_node().resolve("task-clock").unwrap();
     let g = backend
-        .open_group(&CountTarget::Task { tid, inherit: false }, &[event])
+        .open_group(
+            &CountTarget::Task {
+                tid,
+                inherit: false,
+            },
+            &[event],
+        )
         .unwrap();
     backend.enable(g).unwrap();
     let before = rusage_ns(libc::RUSAGE_THREAD);
@@ -315,16 +368,33 @@ fn task_clock_of_a_busy_loop_matches_getrusage() {
     let used = rusage_ns(libc::RUSAGE_THREAD) - before;
     backend.disable(g).unwrap();
     let r = backend.read(g).unwrap();
-    assert_within("task clock via backend", r.values[0] as f64, used as f64, 0.02);
+    assert_within(
+        "task clock via backend",
+        r.values[0] as f64,
+        used as f64,
+        0.02,
+    );
 }
 
 /// `perf stat`'s counts of a whole run, by event name; `None` if perf is missing.
 fn perf_stat(workload: &str) -> Option<Vec<(String, f64)>> {
     let exe = std::env::current_exe().unwrap();
     let out = Command::new("perf")
-        .args(["stat", "-x,", "-e", "task-clock,page-faults,context-switches", "--"])
+        .args([
+            "stat",
+            "-x,",
+            "-e",
+            "task-clock,page-faults,context-switches",
+            "--",
+        ])
         .arg(exe)
-        .args(["workload_child_entry", "--exact", "--nocapture", "--test-threads=1", "-q"])
+        .args([
+            "workload_child_entry",
+            "--exact",
+            "--nocapture",
+            "--test-threads=1",
+            "-q",
+        ])
         .env(WORKLOAD_ENV, workload)
         .env(GATED_ENV, "0")
         .stdin(Stdio::null())
@@ -349,25 +419,30 @@ fn perf_stat(workload: &str) -> Option<Vec<(String, f64)>> {
 #[test]
 fn whole_process_counts_agree_with_perf_stat_and_rusage() {
     let workload = format!("pingpong:{ROUND_TRIPS},pages:{PAGES},busy_ms:300");
-    // Counters attached between fork and exec, like `perf stat -- CMD`.
-    let (gate_r, gate_w) = nix::unistd::pipe().unwrap();
-    let gate_fd = gate_r.as_raw_fd();
-    let mut cmd = child_command(&workload, false);
-    // SAFETY: the hook only calls read(2), which is async-signal-safe.
-    unsafe {
-        cmd.pre_exec(move || {
-            let mut b = [0u8; 1];
-            libc::read(gate_fd, b.as_mut_ptr().cast(), 1);
-            Ok(())
-        });
-    }
-    let mut child = cmd.spawn().unwrap();
-    drop(gate_r);
+    // Counters are attached before the workload's exec, like `perf stat -- CMD`:
+    // a shell waits for one line, then execs the workload in the same process.
+    let exe = std::env::current_exe().unwrap();
+    let mut child = Command::new("sh")
+        .args(["-c", "read -r go && exec \"$0\" \"$@\""])
+        .arg(exe)
+        .args([
+            "workload_child_entry",
+            "--exact",
+            "--nocapture",
+            "--test-threads=1",
+            "-q",
+        ])
+        .env(WORKLOAD_ENV, &workload)
+        .env(GATED_ENV, "0")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
     let pid = child.id();
     let mut s = sampler(vec![TargetSelector::Pid(pid)], &EVENTS);
     assert_eq!(s.targets(), vec![Scope::Process { pid }]);
     s.sample(now());
-    std::fs::File::from(gate_w).write_all(b"x").unwrap();
+    writeln!(child.stdin.as_mut().unwrap(), "go").unwrap();
     let mut out = BufReader::new(child.stdout.take().unwrap());
     let rusage: u64 = wait_for(&mut out, RUSAGE)
         .rsplit(' ')
@@ -380,15 +455,28 @@ fn whole_process_counts_agree_with_perf_stat_and_rusage() {
     // The child has exited and been reaped: its final counts are still readable.
     let f = s.sample(now());
     let scope = Scope::Process { pid };
-    let ours = |m: &str| f.value(&scope, m).unwrap_or_else(|| panic!("{m} missing: {f:?}"));
-    assert_within("task clock vs the child's rusage", ours("sw.task_clock"), rusage as f64, 0.02);
+    let ours = |m: &str| {
+        f.value(&scope, m)
+            .unwrap_or_else(|| panic!("{m} missing: {f:?}"))
+    };
+    assert_within(
+        "task clock vs the child's rusage",
+        ours("sw.task_clock"),
+        rusage as f64,
+        0.02,
+    );
 
     let Some(perf) = perf_stat(&workload) else {
         eprintln!("note: `perf` is not installed; skipping the perf stat comparison");
         return;
     };
     let theirs = |e: &str| perf.iter().find(|(n, _)| n == e).map(|(_, v)| *v).unwrap();
-    assert_within("page faults vs perf stat", ours("sw.page_faults"), theirs("page-faults"), 0.02);
+    assert_within(
+        "page faults vs perf stat",
+        ours("sw.page_faults"),
+        theirs("page-faults"),
+        0.02,
+    );
     assert_within(
         "context switches vs perf stat",
         ours("sw.context_switches"),
@@ -396,5 +484,8 @@ fn whole_process_counts_agree_with_perf_stat_and_rusage() {
         0.02,
     );
     // perf prints task-clock in msec.
-    assert!(theirs("task-clock") * 1e6 > 300e6, "perf saw the busy loop too");
+    assert!(
+        theirs("task-clock") * 1e6 > 300e6,
+        "perf saw the busy loop too"
+    );
 }

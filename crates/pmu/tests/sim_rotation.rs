@@ -48,14 +48,23 @@ fn at(sim: &SimBackend) -> Timestamp {
     }
 }
 
-fn sampler_on(sim: &SimBackend, targets: Vec<TargetSelector>, sets: Vec<Vec<String>>) -> Result<Sampler, PmuError> {
+fn sampler_on(
+    sim: &SimBackend,
+    targets: Vec<TargetSelector>,
+    sets: Vec<Vec<String>>,
+) -> Result<Sampler, PmuError> {
     let cfg = SamplerConfig {
         targets,
         event_sets: sets,
         rescan_every: 0,
         ..SamplerConfig::default()
     };
-    Sampler::new(cfg, &Catalog::for_this_node(), Box::new(sim.clone()), Resolver::for_this_node())
+    Sampler::new(
+        cfg,
+        &Catalog::for_this_node(),
+        Box::new(sim.clone()),
+        Resolver::for_this_node(),
+    )
 }
 
 fn tick(sampler: &mut Sampler, sim: &SimBackend) -> Frame {
@@ -64,7 +73,11 @@ fn tick(sampler: &mut Sampler, sim: &SimBackend) -> Frame {
 }
 
 fn rate_of(metric: &str) -> f64 {
-    RATES.iter().find(|(n, _)| *n == metric).map(|(_, r)| *r).unwrap()
+    RATES
+        .iter()
+        .find(|(n, _)| *n == metric)
+        .map(|(_, r)| *r)
+        .unwrap()
 }
 
 #[test]
@@ -79,7 +92,10 @@ fn rotation_reports_each_set_in_turn_with_exact_unmultiplexed_values() {
     };
     assert_eq!(s.targets(), vec![scope.clone()]);
     let first = s.sample(at(&sim));
-    assert!(first.samples.is_empty(), "the first tick only starts counting");
+    assert!(
+        first.samples.is_empty(),
+        "the first tick only starts counting"
+    );
     for k in 0..30usize {
         let f = tick(&mut s, &sim);
         assert_eq!(f.seq, k as u64 + 1);
@@ -88,10 +104,19 @@ fn rotation_reports_each_set_in_turn_with_exact_unmultiplexed_values() {
         let counters: Vec<_> = f.samples.iter().filter(|x| x.counter.is_some()).collect();
         assert_eq!(counters.len(), 2, "exactly one set per tick: {counters:?}");
         for name in set {
-            let sample = f.get(&scope, name).unwrap_or_else(|| panic!("tick {k}: {name} missing"));
+            let sample = f
+                .get(&scope, name)
+                .unwrap_or_else(|| panic!("tick {k}: {name} missing"));
             let truth = rate_of(name) * TICK_NS as f64;
-            assert!((sample.value - truth).abs() / truth < 0.01, "{name}: {} vs {truth}", sample.value);
-            assert!(!sample.multiplexed(), "rotation keeps one set on the PMU: {sample:?}");
+            assert!(
+                (sample.value - truth).abs() / truth < 0.01,
+                "{name}: {} vs {truth}",
+                sample.value
+            );
+            assert!(
+                !sample.multiplexed(),
+                "rotation keeps one set on the PMU: {sample:?}"
+            );
             let rate = f.value(&scope, &format!("derived.rate.{name}")).unwrap();
             assert!((rate - rate_of(name) * 1e9).abs() / (rate_of(name) * 1e9) < 0.01);
         }
@@ -99,7 +124,10 @@ fn rotation_reports_each_set_in_turn_with_exact_unmultiplexed_values() {
             let ipc = f.value(&scope, "derived.ipc").unwrap();
             assert!((ipc - 1.5).abs() < 1e-9, "IPC from one group: {ipc}");
         } else {
-            assert!(f.value(&scope, "derived.ipc").is_none(), "no IPC across groups");
+            assert!(
+                f.value(&scope, "derived.ipc").is_none(),
+                "no IPC across groups"
+            );
         }
         if k % 3 == 1 {
             let ratio = f.value(&scope, "derived.l1d.miss_ratio").unwrap();
@@ -133,9 +161,15 @@ fn kernel_style_multiplexing_is_scaled_within_one_percent_and_flagged() {
     for (set, g) in &groups {
         let r = sim.read(*g).unwrap();
         assert_eq!(r.time_enabled, span);
-        assert!(r.time_running < r.time_enabled, "three 2-counter groups on 2 counters multiplex");
+        assert!(
+            r.time_running < r.time_enabled,
+            "three 2-counter groups on 2 counters multiplex"
+        );
         let share = r.time_running as f64 / r.time_enabled as f64;
-        assert!((share - 1.0 / 3.0).abs() < 0.01, "round-robin share {share}");
+        assert!(
+            (share - 1.0 / 3.0).abs() < 0.01,
+            "round-robin share {share}"
+        );
         for (i, name) in set.iter().enumerate() {
             let reading = hwqos_core::CounterReading {
                 raw: r.values[i],
@@ -145,7 +179,10 @@ fn kernel_style_multiplexing_is_scaled_within_one_percent_and_flagged() {
             assert!(reading.multiplexed());
             let truth = rate_of(name) * span as f64;
             let scaled = reading.scaled().unwrap();
-            assert!((scaled - truth).abs() / truth < 0.01, "{name}: scaled {scaled} vs truth {truth}");
+            assert!(
+                (scaled - truth).abs() / truth < 0.01,
+                "{name}: scaled {scaled} vs truth {truth}"
+            );
         }
     }
 }
@@ -161,10 +198,21 @@ fn sampler_flags_samples_multiplexed_by_competing_groups() {
         .map(|n| catalog.resolve(n).unwrap())
         .collect();
     let squatter = sim
-        .open_group(&CountTarget::Task { tid, inherit: false }, &other)
+        .open_group(
+            &CountTarget::Task {
+                tid,
+                inherit: false,
+            },
+            &other,
+        )
         .unwrap();
     sim.enable(squatter).unwrap();
-    let mut s = sampler_on(&sim, vec![TargetSelector::Tid(tid)], vec![three_sets()[1].clone()]).unwrap();
+    let mut s = sampler_on(
+        &sim,
+        vec![TargetSelector::Tid(tid)],
+        vec![three_sets()[1].clone()],
+    )
+    .unwrap();
     let scope = Scope::Thread {
         pid: std::process::id(),
         tid,
@@ -175,7 +223,11 @@ fn sampler_flags_samples_multiplexed_by_competing_groups() {
         let miss = f.get(&scope, "hw.l1d.miss").unwrap();
         assert!(miss.multiplexed(), "{miss:?}");
         let truth = rate_of("hw.l1d.miss") * TICK_NS as f64;
-        assert!((miss.value - truth).abs() / truth < 0.01, "{} vs {truth}", miss.value);
+        assert!(
+            (miss.value - truth).abs() / truth < 0.01,
+            "{} vs {truth}",
+            miss.value
+        );
     }
 }
 
@@ -194,7 +246,10 @@ fn unavailable_events_are_listed_and_the_rest_keep_working() {
     // The emptied L1D set is dropped; the LLC set keeps its access event.
     assert_eq!(
         s.event_sets(),
-        vec![vec!["hw.cycles".to_string(), "hw.instructions".into()], vec!["hw.llc.access".into()]]
+        vec![
+            vec!["hw.cycles".to_string(), "hw.instructions".into()],
+            vec!["hw.llc.access".into()]
+        ]
     );
     let scope = Scope::Thread {
         pid: std::process::id(),
@@ -229,14 +284,24 @@ fn a_vanished_task_is_dropped_without_breaking_the_tick() {
     .unwrap();
     s.sample(at(&sim));
     let f = tick(&mut s, &sim);
-    assert!(f.value(&Scope::Thread { pid, tid: other }, "hw.cycles").is_some());
+    assert!(f
+        .value(&Scope::Thread { pid, tid: other }, "hw.cycles")
+        .is_some());
     sim.vanish_task(other);
     let f = tick(&mut s, &sim);
-    assert!(f.value(&Scope::Thread { pid, tid: me }, "hw.cycles").is_some(), "the others still report");
-    assert!(f.get(&Scope::Thread { pid, tid: other }, "hw.cycles").is_none());
+    assert!(
+        f.value(&Scope::Thread { pid, tid: me }, "hw.cycles")
+            .is_some(),
+        "the others still report"
+    );
+    assert!(f
+        .get(&Scope::Thread { pid, tid: other }, "hw.cycles")
+        .is_none());
     assert_eq!(s.targets(), vec![Scope::Thread { pid, tid: me }]);
     let f = tick(&mut s, &sim);
-    assert!(f.value(&Scope::Thread { pid, tid: me }, "hw.cycles").is_some());
+    assert!(f
+        .value(&Scope::Thread { pid, tid: me }, "hw.cycles")
+        .is_some());
     stop_tx.send(()).unwrap();
     helper.join().unwrap();
 }
@@ -244,7 +309,11 @@ fn a_vanished_task_is_dropped_without_breaking_the_tick() {
 #[test]
 fn per_cpu_targets_use_their_own_scripts() {
     let sim = scripted_sim(2);
-    sim.script_for(SimSubject::Cpu(1), "hw.cycles", Script::Steps(vec![(0, 1.0), (3 * TICK_NS, 4.0)]));
+    sim.script_for(
+        SimSubject::Cpu(1),
+        "hw.cycles",
+        Script::Steps(vec![(0, 1.0), (3 * TICK_NS, 4.0)]),
+    );
     let cfg = SamplerConfig {
         per_cpu: true,
         cpus: Some(vec![0, 1]),
@@ -252,28 +321,61 @@ fn per_cpu_targets_use_their_own_scripts() {
         rescan_every: 0,
         ..SamplerConfig::default()
     };
-    let mut s = Sampler::new(cfg, &Catalog::for_this_node(), Box::new(sim.clone()), Resolver::for_this_node()).unwrap();
-    assert_eq!(s.targets(), vec![Scope::Cpu { cpu: 0 }, Scope::Cpu { cpu: 1 }]);
+    let mut s = Sampler::new(
+        cfg,
+        &Catalog::for_this_node(),
+        Box::new(sim.clone()),
+        Resolver::for_this_node(),
+    )
+    .unwrap();
+    assert_eq!(
+        s.targets(),
+        vec![Scope::Cpu { cpu: 0 }, Scope::Cpu { cpu: 1 }]
+    );
     s.sample(at(&sim));
     let expect_cpu1 = [1.0, 1.0, 1.0, 4.0, 4.0];
     for rate in expect_cpu1 {
         let f = tick(&mut s, &sim);
-        assert_eq!(f.value(&Scope::Cpu { cpu: 0 }, "hw.cycles"), Some(2.0 * TICK_NS as f64));
-        assert_eq!(f.value(&Scope::Cpu { cpu: 1 }, "hw.cycles"), Some(rate * TICK_NS as f64));
+        assert_eq!(
+            f.value(&Scope::Cpu { cpu: 0 }, "hw.cycles"),
+            Some(2.0 * TICK_NS as f64)
+        );
+        assert_eq!(
+            f.value(&Scope::Cpu { cpu: 1 }, "hw.cycles"),
+            Some(rate * TICK_NS as f64)
+        );
     }
 }
 
 #[test]
 fn capacity_violations_and_unknown_events_are_rejected() {
     let sim = scripted_sim(2);
-    let too_big = vec![vec!["hw.cycles".to_string(), "hw.instructions".into(), "hw.l1d.miss".into()]];
+    let too_big = vec![vec![
+        "hw.cycles".to_string(),
+        "hw.instructions".into(),
+        "hw.l1d.miss".into(),
+    ]];
     let err = sampler_on(&sim, vec![TargetSelector::Tid(my_tid())], too_big.clone())
         .err()
         .expect("a 3-event set on 2 counters is rejected");
-    assert!(matches!(err, PmuError::SetTooLarge { len: 3, capacity: 2, .. }), "{err}");
+    assert!(
+        matches!(
+            err,
+            PmuError::SetTooLarge {
+                len: 3,
+                capacity: 2,
+                ..
+            }
+        ),
+        "{err}"
+    );
     assert!(err.to_string().contains("hw.l1d.miss"), "{err}");
     // Software events need no hardware counter.
-    let mixed = vec![vec!["hw.cycles".to_string(), "hw.instructions".into(), "sw.task_clock".into()]];
+    let mixed = vec![vec![
+        "hw.cycles".to_string(),
+        "hw.instructions".into(),
+        "sw.task_clock".into(),
+    ]];
     assert!(sampler_on(&sim, vec![TargetSelector::Tid(my_tid())], mixed).is_ok());
     let err = sampler_on(&sim, vec![], vec![vec!["hw.no_such_thing".to_string()]])
         .err()
@@ -287,15 +389,30 @@ fn runtime_set_changes_are_atomic() {
     let tid = my_tid();
     let mut s = sampler_on(&sim, vec![TargetSelector::Tid(tid)], three_sets()).unwrap();
     let before = s.event_sets();
-    let bad = vec![vec!["hw.cycles".to_string()], vec!["bogus.event.name".to_string()]];
+    let bad = vec![
+        vec!["hw.cycles".to_string()],
+        vec!["bogus.event.name".to_string()],
+    ];
     assert!(s.set_event_sets(bad).is_err());
-    let too_big = vec![vec!["hw.cycles".to_string(), "hw.instructions".into(), "hw.llc.miss".into()]];
-    assert!(matches!(s.set_event_sets(too_big), Err(PmuError::SetTooLarge { .. })));
+    let too_big = vec![vec![
+        "hw.cycles".to_string(),
+        "hw.instructions".into(),
+        "hw.llc.miss".into(),
+    ]];
+    assert!(matches!(
+        s.set_event_sets(too_big),
+        Err(PmuError::SetTooLarge { .. })
+    ));
     assert_eq!(s.event_sets(), before, "invalid input leaves the old sets");
     assert_eq!(sim.open_groups(), 3);
 
-    s.set_event_sets(vec![vec!["hw.llc.miss".to_string()]]).unwrap();
-    assert_eq!(sim.open_groups(), 1, "old groups closed, one new group per target");
+    s.set_event_sets(vec![vec!["hw.llc.miss".to_string()]])
+        .unwrap();
+    assert_eq!(
+        sim.open_groups(),
+        1,
+        "old groups closed, one new group per target"
+    );
     let scope = Scope::Thread {
         pid: std::process::id(),
         tid,
@@ -305,5 +422,9 @@ fn runtime_set_changes_are_atomic() {
     let v = f.value(&scope, "hw.llc.miss").unwrap();
     assert!((v - rate_of("hw.llc.miss") * TICK_NS as f64).abs() < 1.0);
     drop(s);
-    assert_eq!(sim.open_groups(), 0, "dropping the sampler closes its groups");
+    assert_eq!(
+        sim.open_groups(),
+        0,
+        "dropping the sampler closes its groups"
+    );
 }

@@ -64,7 +64,9 @@ impl PerfBackend {
     }
 
     fn group(&mut self, id: GroupId) -> Result<&mut OpenGroup, PmuError> {
-        self.groups.get_mut(&id.0).ok_or(PmuError::NoSuchGroup(id.0))
+        self.groups
+            .get_mut(&id.0)
+            .ok_or(PmuError::NoSuchGroup(id.0))
     }
 
     fn open_counters(
@@ -92,7 +94,10 @@ impl PerfBackend {
                 .exclude_hv(true);
             match target {
                 CountTarget::Task { tid, inherit } => {
-                    builder.observe_pid(*tid as libc::pid_t).any_cpu().inherit(*inherit);
+                    builder
+                        .observe_pid(*tid as libc::pid_t)
+                        .any_cpu()
+                        .inherit(*inherit);
                 }
                 CountTarget::Cpu { cpu } => {
                     builder.any_pid().one_cpu(*cpu as usize);
@@ -132,7 +137,9 @@ fn classify(name: &str, tid: Option<u32>, err: io::Error) -> PmuError {
 fn io_error(tid: Option<u32>, what: &str, err: io::Error) -> PmuError {
     match (tid, err.raw_os_error()) {
         (Some(tid), Some(libc::ESRCH) | Some(libc::ENODEV)) => PmuError::NoSuchTask { tid },
-        (Some(tid), None) if err.kind() == io::ErrorKind::UnexpectedEof => PmuError::NoSuchTask { tid },
+        (Some(tid), None) if err.kind() == io::ErrorKind::UnexpectedEof => {
+            PmuError::NoSuchTask { tid }
+        }
         _ => PmuError::io(what.to_string(), err),
     }
 }
@@ -148,13 +155,14 @@ impl CounterBackend for PerfBackend {
 
     fn open_group(&mut self, target: &CountTarget, events: &[Event]) -> Result<GroupId, PmuError> {
         if events.is_empty() {
-            return Err(PmuError::Config("cannot open an empty counter group".into()));
+            return Err(PmuError::Config(
+                "cannot open an empty counter group".into(),
+            ));
         }
         let cgroup_dir = match target {
-            CountTarget::Cgroup { path, .. } => Some(
-                File::open(path)
-                    .map_err(|e| PmuError::io(format!("opening cgroup directory {}", path.display()), e))?,
-            ),
+            CountTarget::Cgroup { path, .. } => Some(File::open(path).map_err(|e| {
+                PmuError::io(format!("opening cgroup directory {}", path.display()), e)
+            })?),
             _ => None,
         };
         let counters = match Self::open_counters(target, events, cgroup_dir.as_ref(), false) {
@@ -245,7 +253,10 @@ mod tests {
     #[test]
     fn group_counts_only_while_enabled() {
         let mut b = PerfBackend::new();
-        let events = [sw("task-clock", "sw.task_clock", 1), sw("page-faults", "sw.page_faults", 2)];
+        let events = [
+            sw("task-clock", "sw.task_clock", 1),
+            sw("page-faults", "sw.page_faults", 2),
+        ];
         let g = b.open_group(&me(), &events).unwrap();
         let r0 = b.read(g).unwrap();
         assert_eq!(r0.values, vec![0, 0]);
@@ -273,7 +284,9 @@ mod tests {
             tid: nix::unistd::gettid().as_raw() as u32,
             inherit: true,
         };
-        let g = b.open_group(&me_inherit, &[sw("page-faults", "sw.page_faults", 2)]).unwrap();
+        let g = b
+            .open_group(&me_inherit, &[sw("page-faults", "sw.page_faults", 2)])
+            .unwrap();
         b.enable(g).unwrap();
         const PAGES: usize = 2000;
         std::thread::spawn(|| {
@@ -287,7 +300,10 @@ mod tests {
         .unwrap();
         b.disable(g).unwrap();
         let r = b.read(g).unwrap();
-        assert!(r.values[0] >= PAGES as u64 / 2, "the exited thread's faults are included: {r:?}");
+        assert!(
+            r.values[0] >= PAGES as u64 / 2,
+            "the exited thread's faults are included: {r:?}"
+        );
     }
 
     #[test]
@@ -297,7 +313,9 @@ mod tests {
             tid: u32::MAX / 2,
             inherit: true,
         };
-        let err = b.open_group(&gone, &[sw("task-clock", "sw.task_clock", 1)]).unwrap_err();
+        let err = b
+            .open_group(&gone, &[sw("task-clock", "sw.task_clock", 1)])
+            .unwrap_err();
         assert!(matches!(err, PmuError::NoSuchTask { .. }), "{err}");
         assert!(matches!(b.open_group(&me(), &[]), Err(PmuError::Config(_))));
     }
@@ -306,6 +324,9 @@ mod tests {
     fn nonexistent_software_event_is_unavailable() {
         let mut b = PerfBackend::new();
         let err = b.probe(&sw("bogus", "sw.bogus", 999)).unwrap_err();
-        assert!(matches!(err, PmuError::Unavailable { ref name, .. } if name == "bogus"), "{err}");
+        assert!(
+            matches!(err, PmuError::Unavailable { ref name, .. } if name == "bogus"),
+            "{err}"
+        );
     }
 }

@@ -182,12 +182,16 @@ impl SimBackend {
     /// Scripts the true count of `metric` (a metric name such as `hw.cycles` or
     /// an event name as given) for every subject without its own script.
     pub fn script(&self, metric: &str, script: Script) {
-        self.lock().scripts.insert((None, metric.to_string()), script);
+        self.lock()
+            .scripts
+            .insert((None, metric.to_string()), script);
     }
 
     /// Scripts the true count of `metric` for one subject.
     pub fn script_for(&self, subject: SimSubject, metric: &str, script: Script) {
-        self.lock().scripts.insert((Some(subject), metric.to_string()), script);
+        self.lock()
+            .scripts
+            .insert((Some(subject), metric.to_string()), script);
     }
 
     /// Makes an event (by metric or event name) impossible to open, with `reason`.
@@ -218,7 +222,10 @@ impl SimState {
         let keys = [event.metric.as_str(), event.name.as_str()];
         keys.iter()
             .find_map(|k| self.scripts.get(&(Some(subject.clone()), k.to_string())))
-            .or_else(|| keys.iter().find_map(|k| self.scripts.get(&(None, k.to_string()))))
+            .or_else(|| {
+                keys.iter()
+                    .find_map(|k| self.scripts.get(&(None, k.to_string())))
+            })
     }
 
     /// Decides which enabled groups are on the PMU for the coming quantum.
@@ -229,7 +236,9 @@ impl SimState {
         for order in self.rotation.values() {
             let mut free = self.capacity;
             for id in order {
-                let Some(g) = self.groups.get_mut(id) else { continue };
+                let Some(g) = self.groups.get_mut(id) else {
+                    continue;
+                };
                 if !g.enabled || g.hw_counters == 0 {
                     continue;
                 }
@@ -269,14 +278,19 @@ impl SimState {
         let len = to - from;
         let ids: Vec<u64> = self.groups.keys().copied().collect();
         for id in ids {
-            let Some(g) = self.groups.get(&id) else { continue };
+            let Some(g) = self.groups.get(&id) else {
+                continue;
+            };
             if !g.enabled {
                 continue;
             }
             let increments: Vec<f64> = if g.on_pmu {
                 g.events
                     .iter()
-                    .map(|e| self.script_for(&g.subject, e).map_or(0.0, |s| s.between(from, to)))
+                    .map(|e| {
+                        self.script_for(&g.subject, e)
+                            .map_or(0.0, |s| s.between(from, to))
+                    })
                     .collect()
             } else {
                 Vec::new()
@@ -308,7 +322,9 @@ impl SimState {
 
     fn check_task(&self, subject: &SimSubject) -> Result<(), PmuError> {
         match subject {
-            SimSubject::Task(tid) if self.vanished.contains(tid) => Err(PmuError::NoSuchTask { tid: *tid }),
+            SimSubject::Task(tid) if self.vanished.contains(tid) => {
+                Err(PmuError::NoSuchTask { tid: *tid })
+            }
             _ => Ok(()),
         }
     }
@@ -316,7 +332,9 @@ impl SimState {
     fn group(&mut self, id: GroupId) -> Result<&mut SimGroup, PmuError> {
         let g = self.groups.get(&id.0).ok_or(PmuError::NoSuchGroup(id.0))?;
         self.check_task(&g.subject)?;
-        self.groups.get_mut(&id.0).ok_or(PmuError::NoSuchGroup(id.0))
+        self.groups
+            .get_mut(&id.0)
+            .ok_or(PmuError::NoSuchGroup(id.0))
     }
 }
 
@@ -332,7 +350,9 @@ impl CounterBackend for SimBackend {
     fn open_group(&mut self, target: &CountTarget, events: &[Event]) -> Result<GroupId, PmuError> {
         let mut st = self.lock();
         if events.is_empty() {
-            return Err(PmuError::Config("cannot open an empty counter group".into()));
+            return Err(PmuError::Config(
+                "cannot open an empty counter group".into(),
+            ));
         }
         let subject = SimSubject::of(target);
         st.check_task(&subject)?;
@@ -348,7 +368,10 @@ impl CounterBackend for SimBackend {
                 });
             }
         }
-        let hw_counters = events.iter().filter(|e| e.attr.type_ != perf_type::SOFTWARE).count();
+        let hw_counters = events
+            .iter()
+            .filter(|e| e.attr.type_ != perf_type::SOFTWARE)
+            .count();
         if hw_counters > st.capacity {
             return Err(PmuError::SetTooLarge {
                 set: events.iter().map(|e| e.name.clone()).collect(),
@@ -454,14 +477,26 @@ mod tests {
     fn dedicated_counters_run_all_the_time() {
         let mut sim = SimBackend::new(2);
         sim.script("hw.cycles", Script::Rate(3.0));
-        let t = CountTarget::Task { tid: 1, inherit: true };
-        let g = sim.open_group(&t, &[ev("hw.cycles", perf_type::HARDWARE)]).unwrap();
+        let t = CountTarget::Task {
+            tid: 1,
+            inherit: true,
+        };
+        let g = sim
+            .open_group(&t, &[ev("hw.cycles", perf_type::HARDWARE)])
+            .unwrap();
         sim.advance(500);
-        assert_eq!(sim.read(g).unwrap().time_enabled, 0, "disabled groups see no time");
+        assert_eq!(
+            sim.read(g).unwrap().time_enabled,
+            0,
+            "disabled groups see no time"
+        );
         sim.enable(g).unwrap();
         sim.advance(1_000);
         let r = sim.read(g).unwrap();
-        assert_eq!((r.time_enabled, r.time_running, r.values[0]), (1_000, 1_000, 3_000));
+        assert_eq!(
+            (r.time_enabled, r.time_running, r.values[0]),
+            (1_000, 1_000, 3_000)
+        );
     }
 
     #[test]
@@ -469,7 +504,12 @@ mod tests {
         let mut sim = SimBackend::new(2);
         sim.script("hw.cycles", Script::Rate(1.0));
         let t = CountTarget::Cpu { cpu: 0 };
-        let hw = || [ev("hw.cycles", perf_type::HARDWARE), ev("hw.instructions", perf_type::HARDWARE)];
+        let hw = || {
+            [
+                ev("hw.cycles", perf_type::HARDWARE),
+                ev("hw.instructions", perf_type::HARDWARE),
+            ]
+        };
         let groups: Vec<GroupId> = (0..3).map(|_| sim.open_group(&t, &hw()).unwrap()).collect();
         for g in &groups {
             sim.enable(*g).unwrap();
@@ -483,7 +523,13 @@ mod tests {
         }
         // Another task has its own PMU context: no multiplexing there.
         let other = sim
-            .open_group(&CountTarget::Task { tid: 9, inherit: false }, &hw())
+            .open_group(
+                &CountTarget::Task {
+                    tid: 9,
+                    inherit: false,
+                },
+                &hw(),
+            )
             .unwrap();
         sim.enable(other).unwrap();
         sim.advance(10 * DEFAULT_QUANTUM_NS);
@@ -494,18 +540,33 @@ mod tests {
     #[test]
     fn limits_unavailable_and_vanished() {
         let mut sim = SimBackend::new(1);
-        let two = [ev("hw.cycles", perf_type::HARDWARE), ev("hw.instructions", perf_type::HARDWARE)];
-        let t = CountTarget::Task { tid: 5, inherit: true };
-        assert!(matches!(sim.open_group(&t, &two), Err(PmuError::SetTooLarge { capacity: 1, .. })));
+        let two = [
+            ev("hw.cycles", perf_type::HARDWARE),
+            ev("hw.instructions", perf_type::HARDWARE),
+        ];
+        let t = CountTarget::Task {
+            tid: 5,
+            inherit: true,
+        };
+        assert!(matches!(
+            sim.open_group(&t, &two),
+            Err(PmuError::SetTooLarge { capacity: 1, .. })
+        ));
         // Software events need no counter.
-        let mixed = [ev("hw.cycles", perf_type::HARDWARE), ev("sw.task_clock", perf_type::SOFTWARE)];
+        let mixed = [
+            ev("hw.cycles", perf_type::HARDWARE),
+            ev("sw.task_clock", perf_type::SOFTWARE),
+        ];
         let g = sim.open_group(&t, &mixed).unwrap();
         sim.make_unavailable("hw.l2.miss", "no L2 event on this model");
         let err = sim.probe(&ev("hw.l2.miss", perf_type::RAW)).unwrap_err();
         assert!(matches!(err, PmuError::Unavailable { ref reason, .. } if reason.contains("L2")));
         sim.vanish_task(5);
         assert!(matches!(sim.read(g), Err(PmuError::NoSuchTask { tid: 5 })));
-        assert!(matches!(sim.open_group(&t, &mixed), Err(PmuError::NoSuchTask { tid: 5 })));
+        assert!(matches!(
+            sim.open_group(&t, &mixed),
+            Err(PmuError::NoSuchTask { tid: 5 })
+        ));
         sim.close(g);
         assert_eq!(sim.open_groups(), 0);
     }
