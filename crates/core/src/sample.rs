@@ -205,7 +205,9 @@ mod tests {
             time_running: 0,
         };
         assert_eq!(never.scaled(), None);
-        assert!(Sample::counter(Timestamp::default(), Scope::System, m("hw.cycles"), never).is_none());
+        assert!(
+            Sample::counter(Timestamp::default(), Scope::System, m("hw.cycles"), never).is_none()
+        );
         let idle = CounterReading {
             raw: 0,
             time_enabled: 0,
@@ -252,7 +254,8 @@ mod tests {
             time: t,
             interval_ns: 100,
             samples: vec![
-                Sample::counter(t, Scope::Process { pid: 7 }, m("sw.page_faults"), reading).unwrap(),
+                Sample::counter(t, Scope::Process { pid: 7 }, m("sw.page_faults"), reading)
+                    .unwrap(),
                 Sample::gauge(t, Scope::Cpu { cpu: 0 }, m("os.cpu.util"), 0.25),
             ],
             labels: vec![ScopeLabel {
@@ -260,8 +263,14 @@ mod tests {
                 name: "sleep".into(),
             }],
         };
-        assert_eq!(f.value(&Scope::Process { pid: 7 }, "sw.page_faults"), Some(20.0));
-        assert!(f.get(&Scope::Process { pid: 7 }, "sw.page_faults").unwrap().multiplexed());
+        assert_eq!(
+            f.value(&Scope::Process { pid: 7 }, "sw.page_faults"),
+            Some(20.0)
+        );
+        assert!(f
+            .get(&Scope::Process { pid: 7 }, "sw.page_faults")
+            .unwrap()
+            .multiplexed());
         assert_eq!(f.label(&Scope::Process { pid: 7 }), Some("sleep"));
         let json = serde_json::to_string(&f).unwrap();
         let back: Frame = serde_json::from_str(&json).unwrap();

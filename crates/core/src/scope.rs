@@ -86,7 +86,10 @@ impl FromStr for Scope {
             input: s.to_string(),
             reason,
         };
-        let num = |v: &str| v.parse::<u32>().map_err(|_| err("not a non-negative integer"));
+        let num = |v: &str| {
+            v.parse::<u32>()
+                .map_err(|_| err("not a non-negative integer"))
+        };
         if s == "system" {
             return Ok(Scope::System);
         }
@@ -95,7 +98,9 @@ impl FromStr for Scope {
             "cpu" => Ok(Scope::Cpu { cpu: num(rest)? }),
             "pid" => Ok(Scope::Process { pid: num(rest)? }),
             "tid" => {
-                let (p, t) = rest.split_once('/').ok_or_else(|| err("thread scope needs PID/TID"))?;
+                let (p, t) = rest
+                    .split_once('/')
+                    .ok_or_else(|| err("thread scope needs PID/TID"))?;
                 Ok(Scope::Thread {
                     pid: num(p)?,
                     tid: num(t)?,
@@ -135,7 +140,16 @@ mod tests {
 
     #[test]
     fn bad_text_is_rejected_with_reason() {
-        for s in ["", "cpu", "cpu:x", "cpu:-1", "tid:5", "cgroup:rel", "stream:", "disk:1"] {
+        for s in [
+            "",
+            "cpu",
+            "cpu:x",
+            "cpu:-1",
+            "tid:5",
+            "cgroup:rel",
+            "stream:",
+            "disk:1",
+        ] {
             let e = s.parse::<Scope>().unwrap_err();
             assert!(e.to_string().contains(s), "{e}");
         }

@@ -189,7 +189,10 @@ mod tests {
     fn correlation_on_common_time_base() {
         let a = Series::from_points(100, (0..20u64).map(|i| (i * 10, i as f64)));
         // Sampled at other instants, but the same line: correlation 1.
-        let b = Series::from_points(100, (0..13u64).map(|i| (i * 15 + 5, 2.0 * (i * 15 + 5) as f64)));
+        let b = Series::from_points(
+            100,
+            (0..13u64).map(|i| (i * 15 + 5, 2.0 * (i * 15 + 5) as f64)),
+        );
         let r = a.correlation(&b, 10).unwrap();
         assert!((r - 1.0).abs() < 1e-9, "{r}");
     }

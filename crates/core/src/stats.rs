@@ -202,10 +202,22 @@ mod tests {
     #[test]
     fn pearson_known_answers() {
         let x = [1.0, 2.0, 3.0, 4.0, 5.0];
-        assert!(close(pearson(&x, &[2.0, 4.0, 6.0, 8.0, 10.0]).unwrap(), 1.0, 1e-12));
-        assert!(close(pearson(&x, &[5.0, 4.0, 3.0, 2.0, 1.0]).unwrap(), -1.0, 1e-12));
+        assert!(close(
+            pearson(&x, &[2.0, 4.0, 6.0, 8.0, 10.0]).unwrap(),
+            1.0,
+            1e-12
+        ));
+        assert!(close(
+            pearson(&x, &[5.0, 4.0, 3.0, 2.0, 1.0]).unwrap(),
+            -1.0,
+            1e-12
+        ));
         // scipy.stats.pearsonr([1,2,3,4,5],[2,1,4,3,5]) = 0.8
-        assert!(close(pearson(&x, &[2.0, 1.0, 4.0, 3.0, 5.0]).unwrap(), 0.8, 1e-12));
+        assert!(close(
+            pearson(&x, &[2.0, 1.0, 4.0, 3.0, 5.0]).unwrap(),
+            0.8,
+            1e-12
+        ));
         assert_eq!(pearson(&x, &[1.0; 5]), None);
         assert_eq!(pearson(&x, &[1.0, 2.0]), None);
     }

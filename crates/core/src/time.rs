@@ -3,7 +3,9 @@
 use serde::{Deserialize, Serialize};
 
 /// A point in time on both clocks, taken together.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
+)]
 pub struct Timestamp {
     /// `CLOCK_MONOTONIC` in nanoseconds: the time base every computation uses.
     pub mono_ns: u64,
@@ -105,6 +107,9 @@ mod tests {
             format_rfc3339(1_795_355_137_500_000_000),
             "2026-11-22T13:45:37.500000Z"
         );
-        assert_eq!(format_rfc3339(951_782_400_000_000_000), "2000-02-29T00:00:00.000000Z");
+        assert_eq!(
+            format_rfc3339(951_782_400_000_000_000),
+            "2000-02-29T00:00:00.000000Z"
+        );
     }
 }

@@ -52,21 +52,30 @@ impl PmuError {
     pub fn from_open_errno(name: &str, tid: Option<u32>, err: io::Error) -> PmuError {
         let reason = err.to_string();
         match err.raw_os_error() {
-            Some(libc::ENOENT) | Some(libc::EOPNOTSUPP) | Some(libc::ENODEV) | Some(libc::EINVAL) => {
-                PmuError::Unavailable {
-                    name: name.to_string(),
-                    reason: match err.raw_os_error() {
-                        Some(libc::ENOENT) => format!("{reason} (the kernel has no such event here; no hardware PMU?)"),
-                        Some(libc::EOPNOTSUPP) => format!("{reason} (not supported by this PMU or not in a VM)"),
-                        _ => reason,
-                    },
-                }
-            }
+            Some(libc::ENOENT)
+            | Some(libc::EOPNOTSUPP)
+            | Some(libc::ENODEV)
+            | Some(libc::EINVAL) => PmuError::Unavailable {
+                name: name.to_string(),
+                reason: match err.raw_os_error() {
+                    Some(libc::ENOENT) => {
+                        format!("{reason} (the kernel has no such event here; no hardware PMU?)")
+                    }
+                    Some(libc::EOPNOTSUPP) => {
+                        format!("{reason} (not supported by this PMU or not in a VM)")
+                    }
+                    _ => reason,
+                },
+            },
             Some(libc::EACCES) | Some(libc::EPERM) => PmuError::Permission {
                 name: name.to_string(),
-                reason: format!("{reason} (check /proc/sys/kernel/perf_event_paranoid or grant CAP_PERFMON)"),
+                reason: format!(
+                    "{reason} (check /proc/sys/kernel/perf_event_paranoid or grant CAP_PERFMON)"
+                ),
             },
-            Some(libc::ESRCH) => PmuError::NoSuchTask { tid: tid.unwrap_or(0) },
+            Some(libc::ESRCH) => PmuError::NoSuchTask {
+                tid: tid.unwrap_or(0),
+            },
             _ => PmuError::Io {
                 context: format!("perf_event_open for `{name}`"),
                 source: err,
