@@ -43,6 +43,9 @@ fn main() -> ExitCode {
         )
         .init();
     let cli = Cli::parse();
+    if let Err(e) = hwqos_pmu::backend::perf::raise_open_file_limit() {
+        tracing::warn!("cannot raise the open-file limit (every counter is a file): {e}");
+    }
     match real_main(cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
@@ -126,7 +129,7 @@ fn list_events() -> String {
     let catalog = Catalog::for_this_node();
     let names = catalog.listing_names();
     let names: Vec<&str> = names.iter().map(String::as_str).collect();
-    let mut backend = PerfBackend::new();
+    let mut backend = PerfBackend::for_this_node();
     let statuses = spec::check_availability(&catalog, &mut backend, &names);
     spec::render_event_table(&statuses)
 }

@@ -92,7 +92,7 @@ impl Engine {
                 let sampler = Sampler::new(
                     config.sampler_config(),
                     &catalog,
-                    Box::new(PerfBackend::new()),
+                    Box::new(PerfBackend::for_this_node()),
                     Resolver::for_this_node().excluding_pid(Some(std::process::id())),
                 )?;
                 Ok(Box::new(SamplerSource { sampler }) as Box<dyn FrameSource>)

@@ -37,7 +37,7 @@ pub fn run(cli: Cli) -> Result<u8> {
             Ok(0)
         }
         Some(Command::Stat(a)) => {
-            let mut backend = hwqos_pmu::backend::perf::PerfBackend::new();
+            let mut backend = hwqos_pmu::backend::perf::PerfBackend::for_this_node();
             let mut resolve = node_resolver();
             let stdout = std::io::stdout();
             let mut out = stdout.lock();

@@ -12,6 +12,9 @@ fn main() -> ExitCode {
         .with_writer(std::io::stderr)
         .init();
     let cli = hwqos_cli::args::Cli::parse();
+    if let Err(e) = hwqos_pmu::backend::perf::raise_open_file_limit() {
+        tracing::warn!("cannot raise the open-file limit (every counter is a file): {e}");
+    }
     match hwqos_cli::run(cli) {
         Ok(code) => ExitCode::from(code),
         Err(e) => {

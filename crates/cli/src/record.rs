@@ -84,7 +84,7 @@ pub struct Engine {
 /// usage errors (exit 2).
 pub fn engine(cfg: SamplerConfig) -> Result<Engine> {
     let catalog = Catalog::for_this_node();
-    let backend: Box<dyn CounterBackend> = Box::new(PerfBackend::new());
+    let backend: Box<dyn CounterBackend> = Box::new(PerfBackend::for_this_node());
     let resolver = Resolver::for_this_node().excluding_pid(Some(std::process::id()));
     let sampler = Sampler::new(cfg, &catalog, backend, resolver).context("setting up sampling")?;
     for u in sampler.unavailable() {

@@ -351,7 +351,12 @@ impl Sampler {
     fn follow(&mut self, resolved: &Resolved) {
         for p in &resolved.processes {
             let scope = Scope::Process { pid: p.pid };
-            if self.targets.contains_key(&scope) {
+            if let Some(known) = self.targets.get_mut(&scope) {
+                // A process attached before it exec'd keeps the name it had then
+                // until a rescan sees the new one.
+                if known.label.as_deref() != Some(p.comm.as_str()) {
+                    known.label = Some(p.comm.clone());
+                }
                 continue;
             }
             let units = p

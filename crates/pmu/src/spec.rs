@@ -71,6 +71,14 @@ impl TargetSpec {
         self.counters.general_purpose
     }
 
+    /// The most hardware events one group can hold: general-purpose plus fixed
+    /// counters. `None` when unknown or when the node has no hardware counters
+    /// (then hardware events are reported unavailable, not "too many").
+    pub fn max_group_events(&self) -> Option<usize> {
+        let general = self.counters.general_purpose.filter(|&n| n > 0)?;
+        Some(general + self.counters.fixed.unwrap_or(0))
+    }
+
     /// The spec's event by name.
     pub fn event(&self, name: &str) -> Option<&SpecEvent> {
         self.events.iter().find(|e| e.name == name)

@@ -937,3 +937,12 @@ fn availability_on_this_node_with_the_perf_backend() {
         }
     }
 }
+
+#[test]
+fn group_capacity_counts_general_and_fixed_counters_only_where_known() {
+    // Skylake: 4 general-purpose + 3 fixed counters (curated table).
+    assert_eq!(generate("sysfs-skylake").max_group_events(), Some(7));
+    // A VM without a core PMU has no hardware counters: no capacity limit is
+    // imposed, hardware events are reported unavailable instead.
+    assert_eq!(generate("sysfs-this-vm").max_group_events(), None);
+}

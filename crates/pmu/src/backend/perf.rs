@@ -42,6 +42,7 @@ struct OpenGroup {
 pub struct PerfBackend {
     groups: HashMap<u64, OpenGroup>,
     next_id: u64,
+    capacity: Option<usize>,
 }
 
 impl Default for PerfBackend {
@@ -51,11 +52,25 @@ impl Default for PerfBackend {
 }
 
 impl PerfBackend {
+    /// A backend that does not know the PMU's capacity (the kernel still
+    /// refuses groups that can never fit).
     pub fn new() -> PerfBackend {
+        Self::with_capacity(None)
+    }
+
+    /// A backend that rejects event sets with more hardware events than
+    /// `capacity` up front.
+    pub fn with_capacity(capacity: Option<usize>) -> PerfBackend {
         PerfBackend {
             groups: HashMap::new(),
             next_id: 1,
+            capacity,
         }
+    }
+
+    /// A backend with this node's capacity from its target spec.
+    pub fn for_this_node() -> PerfBackend {
+        Self::with_capacity(crate::spec::generate_for_this_node().max_group_events())
     }
 
     /// Number of groups currently open.
@@ -150,7 +165,7 @@ impl CounterBackend for PerfBackend {
     }
 
     fn capacity(&self) -> Option<usize> {
-        None
+        self.capacity
     }
 
     fn open_group(&mut self, target: &CountTarget, events: &[Event]) -> Result<GroupId, PmuError> {
@@ -220,6 +235,19 @@ impl CounterBackend for PerfBackend {
     fn close(&mut self, group: GroupId) {
         self.groups.remove(&group.0);
     }
+}
+
+/// Raises this process's soft open-file limit to its hard limit, as `perf`
+/// does: every counter is a file descriptor, and monitoring all threads of a
+/// node with several event sets needs far more than the usual 1024. Returns the
+/// new soft limit.
+pub fn raise_open_file_limit() -> std::io::Result<u64> {
+    use nix::sys::resource::{getrlimit, setrlimit, Resource};
+    let (soft, hard) = getrlimit(Resource::RLIMIT_NOFILE).map_err(std::io::Error::from)?;
+    if soft < hard {
+        setrlimit(Resource::RLIMIT_NOFILE, hard, hard).map_err(std::io::Error::from)?;
+    }
+    Ok(hard)
 }
 
 #[cfg(test)]
