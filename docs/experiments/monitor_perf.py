@@ -91,6 +91,16 @@ def stop(p):
 
 
 def proc_cpu_seconds(pid):
+    """CPU time of a process (all threads), in seconds: nanosecond precision from
+    /proc/PID/task/*/schedstat where the kernel has it, else clock ticks."""
+    try:
+        total = 0
+        for tid in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
+                total += int(f.read().split()[0])
+        return total / 1e9
+    except (OSError, ValueError, IndexError):
+        pass
     with open(f"/proc/{pid}/stat") as f:
         fields = f.read().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")

@@ -31,6 +31,8 @@ pub enum Command {
     /// List event names with their availability on this node.
     #[command(visible_alias = "list-events")]
     List(ListArgs),
+    /// Write this node's target spec (JSON, per CPU model): PMUs, counter capacity, events and their availability.
+    Spec(SpecArgs),
     /// Live per-process and per-CPU view (plain periodic tables when not on a terminal).
     Top(TopArgs),
     /// Sample metrics into a JSON-lines recording (and optionally CSV).
@@ -96,6 +98,16 @@ pub struct ListArgs {
     /// One JSON object per event.
     #[arg(long)]
     pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct SpecArgs {
+    /// Write the spec to FILE instead of standard output.
+    #[arg(short, long, value_name = "FILE")]
+    pub output: Option<std::path::PathBuf>,
+    /// Do not open each event to check it (availability only where it is known statically).
+    #[arg(long)]
+    pub no_probe: bool,
 }
 
 #[derive(Debug, Args)]

@@ -36,6 +36,10 @@ pub fn run(cli: Cli) -> Result<u8> {
             list::run(a.json, &mut std::io::stdout().lock())?;
             Ok(0)
         }
+        Some(Command::Spec(a)) => {
+            list::run_spec(&a, &mut std::io::stdout().lock())?;
+            Ok(0)
+        }
         Some(Command::Stat(a)) => {
             let mut backend = hwqos_pmu::backend::perf::PerfBackend::for_this_node();
             let mut resolve = node_resolver();

@@ -55,3 +55,18 @@ pub fn run(json: bool, out: &mut dyn std::io::Write) -> Result<()> {
     out.write_all(text.as_bytes())
         .context("writing the event list")
 }
+
+/// `hwqos spec [-o FILE] [--no-probe]`: this node's target spec as JSON.
+pub fn run_spec(args: &crate::args::SpecArgs, out: &mut dyn std::io::Write) -> Result<()> {
+    let mut node_spec = spec::generate_for_this_node();
+    if !args.no_probe {
+        let mut backend = hwqos_pmu::backend::perf::PerfBackend::new();
+        spec::probe_availability(&mut node_spec, &mut backend);
+    }
+    match &args.output {
+        Some(path) => node_spec
+            .write(path)
+            .with_context(|| format!("writing the target spec to {}", path.display())),
+        None => writeln!(out, "{}", node_spec.to_json_pretty()?).context("writing the target spec"),
+    }
+}

@@ -148,6 +148,20 @@ pub fn generate(sysfs_root: &Path, proc_root: &Path) -> TargetSpec {
 }
 
 /// [`generate`] for this node.
+/// Fills in each event's `available`/`reason` by opening it once on `backend`
+/// (for a spec of the node the backend runs on).
+pub fn probe_availability(spec: &mut TargetSpec, backend: &mut dyn CounterBackend) {
+    let catalog = spec.catalog();
+    let names: Vec<String> = spec.events.iter().map(|e| e.name.clone()).collect();
+    let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+    for status in check_availability(&catalog, backend, &refs) {
+        if let Some(event) = spec.events.iter_mut().find(|e| e.name == status.name) {
+            event.available = Some(status.available);
+            event.reason = status.reason;
+        }
+    }
+}
+
 pub fn generate_for_this_node() -> TargetSpec {
     generate(Path::new("/sys"), Path::new("/proc"))
 }
