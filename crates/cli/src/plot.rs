@@ -6,6 +6,7 @@ use crate::error::usage;
 use crate::report::{self, Column};
 use anyhow::{anyhow, Context, Result};
 use hwqos_core::{Frame, MetricName, Scope};
+use plotters::coord::types::RangedCoordf64;
 use plotters::prelude::*;
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -88,6 +89,19 @@ fn scope_name(scope: &Scope, col: &Column) -> String {
         Some(l) => format!("{scope} ({l})"),
         None => scope.to_string(),
     }
+}
+
+/// The legend box both kinds of panel use.
+fn draw_legend<'a, DB: DrawingBackend + 'a>(
+    chart: &mut ChartContext<'a, DB, Cartesian2d<RangedCoordf64, RangedCoordf64>>,
+) -> Result<()> {
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::UpperRight)
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .draw()
+        .map_err(draw_err)
 }
 
 fn draw_err<E: std::fmt::Debug>(e: E) -> anyhow::Error {
@@ -209,14 +223,7 @@ where
                 PathElement::new(vec![(x, y), (x + 18, y)], color.stroke_width(2))
             });
     }
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::UpperRight)
-        .background_style(WHITE.mix(0.85))
-        .border_style(BLACK)
-        .draw()
-        .map_err(draw_err)?;
-    Ok(())
+    draw_legend(&mut chart)
 }
 
 fn draw_cpi_stack<DB: DrawingBackend>(
@@ -295,14 +302,7 @@ where
             .label(part.as_str())
             .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 12, y + 5)], color.filled()));
     }
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::UpperRight)
-        .background_style(WHITE.mix(0.85))
-        .border_style(BLACK)
-        .draw()
-        .map_err(draw_err)?;
-    Ok(())
+    draw_legend(&mut chart)
 }
 
 fn format_axis(v: f64) -> String {
