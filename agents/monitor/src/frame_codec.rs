@@ -213,7 +213,12 @@ impl Dictionary {
 
     /// The series id of a sample, trying `guess` (the previous id + 1) before
     /// hashing: frames list their samples in the same order tick after tick.
-    fn series_id(&mut self, scope: &Scope, metric: &MetricName, guess: u32) -> Result<u32, EncodeError> {
+    fn series_id(
+        &mut self,
+        scope: &Scope,
+        metric: &MetricName,
+        guess: u32,
+    ) -> Result<u32, EncodeError> {
         if let Some(&(s, m)) = self.series.get(guess as usize) {
             if self.scopes[s as usize] == *scope && self.metrics[m as usize] == *metric {
                 return Ok(guess);
@@ -351,8 +356,14 @@ pub fn encode(frame: &Frame, dict: &mut Dictionary, out: &mut Vec<u8>) -> Result
         previous = id;
         if sample.time != frame.time {
             flags |= OWN_TIME;
-            put_varint(out, zigzag(sample.time.mono_ns.wrapping_sub(frame.time.mono_ns) as i64));
-            put_varint(out, zigzag(sample.time.wall_ns.wrapping_sub(frame.time.wall_ns)));
+            put_varint(
+                out,
+                zigzag(sample.time.mono_ns.wrapping_sub(frame.time.mono_ns) as i64),
+            );
+            put_varint(
+                out,
+                zigzag(sample.time.wall_ns.wrapping_sub(frame.time.wall_ns)),
+            );
         }
         flags |= put_value(out, sample.value, sample.counter.as_ref()).flags();
         if let Some(c) = &sample.counter {
@@ -516,7 +527,11 @@ fn walk(
                 let mut buf = [0u8; 8];
                 buf[..len as usize].copy_from_slice(r.take(len as usize, "value")?);
                 let top = u64::from_le_bytes(buf);
-                let bits = if len == 0 { 0 } else { top << (8 * (8 - len as u32)) };
+                let bits = if len == 0 {
+                    0
+                } else {
+                    top << (8 * (8 - len as u32))
+                };
                 Some(f64::from_bits(bits))
             }
             ValueForm::Full => {
@@ -778,7 +793,13 @@ mod tests {
                 (x.time, &x.scope, &x.metric, x.counter),
                 (y.time, &y.scope, &y.metric, y.counter)
             );
-            assert_eq!(x.value.to_bits(), y.value.to_bits(), "{} vs {}", x.value, y.value);
+            assert_eq!(
+                x.value.to_bits(),
+                y.value.to_bits(),
+                "{} vs {}",
+                x.value,
+                y.value
+            );
         }
     }
 
@@ -834,7 +855,12 @@ mod tests {
                     value: -0.0,
                     counter: Some(max),
                 },
-                Sample::gauge(t, scope.clone(), m.clone(), f64::from_bits(0x7ff8_dead_beef_0001)),
+                Sample::gauge(
+                    t,
+                    scope.clone(),
+                    m.clone(),
+                    f64::from_bits(0x7ff8_dead_beef_0001),
+                ),
                 Sample::gauge(t, scope, m, f64::NEG_INFINITY),
             ],
             labels: vec![],
@@ -945,7 +971,13 @@ mod tests {
         // A series the dictionary does not hold.
         let empty = Dictionary::new();
         assert!(matches!(
-            decode(frames.iter().find(|b| decode(b, &dict).unwrap().samples.len() > 0).unwrap(), &empty),
+            decode(
+                frames
+                    .iter()
+                    .find(|b| decode(b, &dict).unwrap().samples.len() > 0)
+                    .unwrap(),
+                &empty
+            ),
             Err(DecodeError::UnknownSeries { .. } | DecodeError::UnknownLabelSet { .. })
         ));
     }

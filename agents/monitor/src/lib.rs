@@ -3,6 +3,7 @@
 //!
 //! - [`config`]: the TOML configuration, validated with errors naming file, key and problem;
 //! - [`db`]: the bounded in-memory frame database and its atomic flush to CSV / JSON lines;
+//! - [`frame_codec`]: the compact lossless encoding the database stores frames in;
 //! - [`api_server`]: the live API on a Unix socket (protocol and client in [`hwqos_pmu::api`]);
 //! - [`openmetrics`]: the `/metrics` endpoint in OpenMetrics text format;
 //! - [`service`]: the sampling thread, signals, reload and shutdown — [`service::run`]
@@ -11,6 +12,7 @@
 pub mod api_server;
 pub mod config;
 pub mod db;
+pub mod frame_codec;
 pub mod openmetrics;
 pub mod service;
 

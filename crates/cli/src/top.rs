@@ -119,7 +119,12 @@ pub fn render_frame(frame: &Frame, top: usize) -> String {
         let _ = writeln!(
             out,
             "{pid:>7} {:<16} {:>6} {:>4} {:>9} {:>9} {:>9} {:>6}",
-            frame.label(&s).unwrap_or("?"),
+            frame
+                .label(&s)
+                .unwrap_or("?")
+                .chars()
+                .take(16)
+                .collect::<String>(),
             cell(frame.value(&s, "os.proc.cpu"), |v| format!(
                 "{:.1}",
                 v * 100.0
