@@ -1,22 +1,38 @@
 //! The monitor's in-memory database: a bounded ring of the most recent frames
 //! (thesis 5.3: a memory-based database flushed to disk on demand).
 //!
+//! Frames are stored encoded with [`frame_codec`] against a dictionary of the
+//! scopes, metrics and labels they use, about 5–10 bytes per sample instead of
+//! about 100 for a decoded [`Frame`]: 30,000 frames of a 100-process target fit in
+//! a few hundred MiB. Queries decode lazily, only the frames they return; the
+//! newest frame is also kept decoded (it is the one the status and the exporter
+//! read, and the same `Arc` subscribers already hold).
+//!
 //! The ring is bounded twice: by a number of frames (default 30,000, as in the
-//! thesis) and by an estimate of the bytes the frames occupy, so a target that
-//! suddenly matches thousands of processes cannot grow the monitor without limit.
-//! Frames are shared (`Arc`) with subscribers and the exporter, never copied.
-//! [`FrameDb::flush`] writes the current contents atomically (temporary file +
-//! rename) as JSON lines and/or CSV, in the formats of [`hwqos_core::recording`].
+//! thesis) and by the bytes it holds — the encoded frames, the dictionary and the
+//! newest frame — so a target that suddenly matches thousands of processes cannot
+//! grow the monitor without limit. The dictionary only grows while it lives; when
+//! it passes [`DICTIONARY_KEY_LIMIT`] entries (or half the byte bound), it is
+//! rebuilt from the frames still held and those are re-encoded, which drops the
+//! keys of processes and threads that are gone.
+//!
+//! [`FrameDb::snapshot`] shares the encoded frames and the dictionary (no copy, no
+//! decoding under the lock); [`flush`] decodes a snapshot frame by frame while it
+//! writes it atomically (temporary file + rename) as JSON lines and/or CSV, in the
+//! formats of [`hwqos_core::recording`].
 
-use hwqos_core::recording::{self, RecordingHeader, RecordingWriter};
-use hwqos_core::{Frame, Sample, Scope};
+use crate::frame_codec::{self, DecodeError, Dictionary};
+use hwqos_core::recording::{self, CounterClass, RecordingHeader, RecordingWriter};
+use hwqos_core::time::format_rfc3339;
+use hwqos_core::{Frame, MetricName, Sample, Scope, Timestamp};
 use serde::{Deserialize, Serialize};
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::fmt::Write as _;
 use std::io::{self, BufWriter, Write};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-
+use tracing::error;
 /// A file format the database can be flushed to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -47,9 +63,15 @@ pub enum FlushError {
     },
     #[error("flush: no output format configured ([output] formats is empty)")]
     NoFormats,
+    #[error("flush: a stored frame does not decode (a bug in the frame database): {source}")]
+    Corrupt {
+        #[source]
+        source: DecodeError,
+    },
 }
 
-/// Approximate heap + inline bytes of a frame, for the memory bound.
+/// Approximate heap + inline bytes of a decoded frame (the newest frame is held
+/// decoded and counted with this).
 pub fn frame_bytes(frame: &Frame) -> usize {
     fn scope_heap(s: &Scope) -> usize {
         match s {
@@ -71,14 +93,34 @@ pub fn frame_bytes(frame: &Frame) -> usize {
     std::mem::size_of::<Frame>() + samples + labels
 }
 
+/// Dictionary entries (scopes, metrics, series, labels, label-set pairs) beyond
+/// which the dictionary is rebuilt from the frames still held. About 100 MiB at
+/// ~100 bytes an entry; the entries are counted in [`FrameDb::bytes`] as well.
+pub const DICTIONARY_KEY_LIMIT: usize = 1 << 20;
+
+/// Bytes an encoded frame costs in the ring: its buffer and the `Arc` counts.
+fn stored_bytes(encoded: &[u8]) -> usize {
+    encoded.len() + 2 * std::mem::size_of::<usize>()
+}
+
 /// The bounded ring of recent frames.
 #[derive(Debug)]
 pub struct FrameDb {
-    frames: VecDeque<(Arc<Frame>, usize)>,
+    frames: VecDeque<Arc<[u8]>>,
+    dict: Arc<Dictionary>,
+    latest: Option<Arc<Frame>>,
+    latest_bytes: usize,
+    /// Sum of [`stored_bytes`] over `frames`.
+    frames_bytes: usize,
     capacity: usize,
     max_bytes: usize,
-    bytes: usize,
     evicted: u64,
+    key_limit: usize,
+    /// Dictionary entries right after the last rebuild: the next one waits until
+    /// the dictionary has doubled, so rebuilding stays amortized O(1) per frame.
+    keys_after_rebuild: usize,
+    rebuilds: u64,
+    scratch: Vec<u8>,
 }
 
 impl FrameDb {
@@ -87,10 +129,17 @@ impl FrameDb {
     pub fn new(capacity: usize, max_bytes: usize) -> FrameDb {
         FrameDb {
             frames: VecDeque::with_capacity(capacity.min(4096)),
+            dict: Arc::new(Dictionary::new()),
+            latest: None,
+            latest_bytes: 0,
+            frames_bytes: 0,
             capacity: capacity.max(1),
             max_bytes,
-            bytes: 0,
             evicted: 0,
+            key_limit: DICTIONARY_KEY_LIMIT,
+            keys_after_rebuild: 0,
+            rebuilds: 0,
+            scratch: Vec::new(),
         }
     }
 
@@ -106,14 +155,41 @@ impl FrameDb {
         self.capacity
     }
 
-    /// Estimated bytes held.
+    /// Bytes held: the encoded frames and the ring's slots, the dictionary and
+    /// the newest frame decoded.
     pub fn bytes(&self) -> usize {
-        self.bytes
+        self.frames_bytes
+            + self.frames.capacity() * std::mem::size_of::<Arc<[u8]>>()
+            + self.dict.bytes()
+            + self.latest_bytes
+    }
+
+    /// Bytes of the encoded frames alone (without dictionary and newest frame).
+    pub fn encoded_bytes(&self) -> usize {
+        self.frames_bytes
+    }
+
+    /// Estimated bytes of the dictionary.
+    pub fn dictionary_bytes(&self) -> usize {
+        self.dict.bytes()
     }
 
     /// Frames evicted to respect the bounds, since creation.
     pub fn evicted(&self) -> u64 {
         self.evicted
+    }
+
+    /// Times the dictionary was rebuilt, since creation.
+    pub fn dictionary_rebuilds(&self) -> u64 {
+        self.rebuilds
+    }
+
+    /// Changes the dictionary size that triggers a rebuild (default
+    /// [`DICTIONARY_KEY_LIMIT`]).
+    pub fn set_dictionary_limit(&mut self, keys: usize) {
+        self.key_limit = keys;
+        self.maybe_rebuild();
+        self.evict();
     }
 
     /// Changes the bounds, evicting the oldest frames if needed (a reload keeps
@@ -122,64 +198,278 @@ impl FrameDb {
         self.capacity = capacity.max(1);
         self.max_bytes = max_bytes;
         self.evict();
+        self.maybe_rebuild();
+        self.evict();
+    }
+
+    fn pop_oldest(&mut self) {
+        if let Some(f) = self.frames.pop_front() {
+            self.frames_bytes -= stored_bytes(&f);
+            self.evicted += 1;
+        }
     }
 
     fn evict(&mut self) {
         while self.frames.len() > self.capacity
-            || (self.bytes > self.max_bytes && self.frames.len() > 1)
+            || (self.bytes() > self.max_bytes && self.frames.len() > 1)
         {
-            if let Some((_, b)) = self.frames.pop_front() {
-                self.bytes -= b;
-                self.evicted += 1;
+            self.pop_oldest();
+        }
+    }
+
+    /// Rebuilds the dictionary when it has grown past the key limit (or past half
+    /// the byte bound) and doubled since the last rebuild.
+    fn maybe_rebuild(&mut self) {
+        let keys = self.dict.keys();
+        let floor = if self.dict.bytes() > self.max_bytes / 2 {
+            0
+        } else {
+            self.key_limit
+        };
+        if keys > floor.max(2 * self.keys_after_rebuild) {
+            self.rebuild();
+        }
+    }
+
+    /// Re-encodes the frames held against a fresh dictionary holding only their keys.
+    fn rebuild(&mut self) {
+        let old = std::mem::replace(&mut self.dict, Arc::new(Dictionary::new()));
+        let frames = std::mem::take(&mut self.frames);
+        self.frames_bytes = 0;
+        let dict = Arc::make_mut(&mut self.dict);
+        for encoded in frames {
+            self.scratch.clear();
+            let reencoded = match frame_codec::decode(&encoded, &old) {
+                Ok(frame) => {
+                    frame_codec::encode(&frame, dict, &mut self.scratch).map_err(|e| e.to_string())
+                }
+                Err(e) => Err(e.to_string()),
+            };
+            match reencoded {
+                Ok(()) => {
+                    let stored: Arc<[u8]> = Arc::from(self.scratch.as_slice());
+                    self.frames_bytes += stored_bytes(&stored);
+                    self.frames.push_back(stored);
+                }
+                Err(e) => {
+                    error!("frame database: dropping a stored frame while rebuilding the dictionary: {e}");
+                    self.evicted += 1;
+                }
             }
         }
+        self.keys_after_rebuild = self.dict.keys();
+        self.rebuilds += 1;
     }
 
     /// Appends a frame, evicting the oldest ones beyond the bounds.
     pub fn push(&mut self, frame: Arc<Frame>) {
-        let b = frame_bytes(&frame);
-        self.bytes += b;
-        self.frames.push_back((frame, b));
+        self.scratch.clear();
+        match frame_codec::encode(&frame, Arc::make_mut(&mut self.dict), &mut self.scratch) {
+            Ok(()) => {
+                let stored: Arc<[u8]> = Arc::from(self.scratch.as_slice());
+                self.frames_bytes += stored_bytes(&stored);
+                self.frames.push_back(stored);
+                self.latest_bytes = frame_bytes(&frame);
+                self.latest = Some(frame);
+            }
+            Err(e) => error!(seq = frame.seq, "frame database: frame not stored: {e}"),
+        }
+        // Bound by count first so a rebuild does not re-encode frames about to go.
+        while self.frames.len() > self.capacity {
+            self.pop_oldest();
+        }
+        self.maybe_rebuild();
         self.evict();
     }
 
     /// The newest frame.
     pub fn latest(&self) -> Option<&Arc<Frame>> {
-        self.frames.back().map(|(f, _)| f)
+        self.latest.as_ref().filter(|_| !self.frames.is_empty())
     }
 
-    /// All frames, oldest first.
-    pub fn snapshot(&self) -> Vec<Arc<Frame>> {
-        self.frames.iter().map(|(f, _)| f.clone()).collect()
+    /// All frames, oldest first, still encoded: a cheap, consistent view to decode
+    /// or flush without holding the database.
+    pub fn snapshot(&self) -> Snapshot {
+        Snapshot {
+            frames: self.frames.iter().cloned().collect(),
+            dict: self.dict.clone(),
+        }
     }
 
     /// The most recent frames, oldest first: at most `frames` of them, and only
     /// those at most `seconds` older than the newest frame.
     pub fn window(&self, seconds: Option<f64>, frames: Option<usize>) -> Vec<Arc<Frame>> {
-        let newest = match self.latest() {
-            Some(f) => f.time.mono_ns,
+        let time = |encoded: &[u8]| frame_codec::decode_header(encoded).map(|h| h.time.mono_ns);
+        let newest = match self.frames.back().map(|f| time(f)) {
+            Some(Ok(t)) => t,
+            Some(Err(e)) => {
+                error!("frame database: cannot read the newest frame: {e}");
+                return Vec::new();
+            }
             None => return Vec::new(),
         };
         let horizon = seconds.map(|s| newest.saturating_sub((s.max(0.0) * 1e9) as u64));
-        let mut out: Vec<Arc<Frame>> = self
+        let chosen = self
             .frames
             .iter()
             .rev()
             .take(frames.unwrap_or(usize::MAX))
-            .take_while(|(f, _)| horizon.is_none_or(|h| f.time.mono_ns >= h))
-            .map(|(f, _)| f.clone())
-            .collect();
-        out.reverse();
+            .take_while(|f| horizon.is_none_or(|h| time(f).is_ok_and(|t| t >= h)))
+            .count();
+        let first = self.frames.len() - chosen;
+        let mut out = Vec::with_capacity(chosen);
+        for (i, encoded) in self.frames.range(first..).enumerate() {
+            if i + 1 == chosen {
+                if let Some(latest) = &self.latest {
+                    out.push(latest.clone());
+                    continue;
+                }
+            }
+            match frame_codec::decode(encoded, &self.dict) {
+                Ok(f) => out.push(Arc::new(f)),
+                Err(e) => error!("frame database: skipping a frame that does not decode: {e}"),
+            }
+        }
         out
     }
 }
 
-/// Writes `frames` into `dir` in each of `formats`, each file atomically
-/// (a temporary file in `dir`, fsynced, then renamed). Returns the paths written.
+/// The frames of a [`FrameDb`] at one moment, encoded, with the dictionary they
+/// were encoded against.
+#[derive(Clone, Debug)]
+pub struct Snapshot {
+    frames: Vec<Arc<[u8]>>,
+    dict: Arc<Dictionary>,
+}
+
+impl Snapshot {
+    pub fn len(&self) -> usize {
+        self.frames.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.frames.is_empty()
+    }
+
+    /// The frames, oldest first, decoded one at a time.
+    pub fn frames(&self) -> impl Iterator<Item = Result<Frame, DecodeError>> + '_ {
+        self.frames
+            .iter()
+            .map(|f| frame_codec::decode(f, &self.dict))
+    }
+
+    /// The sequence number of the newest frame.
+    pub fn last_seq(&self) -> Option<u64> {
+        let newest = self.frames.last()?;
+        frame_codec::decode_header(newest).ok().map(|h| h.seq)
+    }
+
+    /// The distinct metrics of all frames (read without decoding the samples).
+    pub fn metrics(&self) -> Result<BTreeSet<MetricName>, DecodeError> {
+        let mut series = vec![false; self.dict.series_count()];
+        for f in &self.frames {
+            frame_codec::for_each_series(f, &self.dict, |id| {
+                if let Some(seen) = series.get_mut(id as usize) {
+                    *seen = true;
+                }
+            })?;
+        }
+        Ok(series
+            .iter()
+            .enumerate()
+            .filter(|(_, seen)| **seen)
+            .filter_map(|(id, _)| self.dict.series_metric(id as u32).cloned())
+            .collect())
+    }
+
+    /// Which kinds of counters the frames hold, for the recording header.
+    pub fn counter_class(&self) -> Result<CounterClass, DecodeError> {
+        // One sample per metric is all `CounterClass::of` looks at.
+        let probe = Frame {
+            samples: self
+                .metrics()?
+                .into_iter()
+                .map(|m| Sample::gauge(Timestamp::default(), Scope::System, m, 0.0))
+                .collect(),
+            ..Frame::default()
+        };
+        Ok(CounterClass::of(std::iter::once(&probe)))
+    }
+}
+
+/// Quotes a CSV field when it needs it (RFC 4180), as [`recording::write_csv`] does.
+fn csv_field(out: &mut String, field: &str) {
+    if field.contains([',', '"', '\n', '\r']) {
+        out.push('"');
+        out.push_str(&field.replace('"', "\"\""));
+        out.push('"');
+    } else {
+        out.push_str(field);
+    }
+}
+
+/// Writes a snapshot as CSV, decoding one frame at a time. The output is the
+/// same as [`recording::write_csv`] gives for the decoded frames (a test checks
+/// it), which needs every frame in memory at once.
+fn write_csv_streaming(out: &mut impl Write, snapshot: &Snapshot) -> Result<(), FlushError> {
+    let csv_err = |source| FlushError::Corrupt { source };
+    let metrics = snapshot.metrics().map_err(csv_err)?;
+    let column: BTreeMap<&MetricName, usize> =
+        metrics.iter().enumerate().map(|(i, m)| (m, i)).collect();
+    let mut line = String::new();
+    line.push_str(&recording::CSV_FIXED_COLUMNS.join(","));
+    for m in &metrics {
+        line.push(',');
+        line.push_str(m.as_str());
+    }
+    line.push_str(",multiplexed\n");
+    let io_err = |source| FlushError::Io {
+        path: PathBuf::new(),
+        source,
+    };
+    out.write_all(line.as_bytes()).map_err(io_err)?;
+    let mut cells: Vec<Option<f64>> = vec![None; metrics.len()];
+    for frame in snapshot.frames() {
+        let frame = frame.map_err(csv_err)?;
+        let wall = format_rfc3339(frame.time.wall_ns);
+        for scope in frame.scopes() {
+            cells.iter_mut().for_each(|c| *c = None);
+            let mut multiplexed: Vec<&str> = Vec::new();
+            for s in frame.samples.iter().filter(|s| &s.scope == scope) {
+                if let Some(&i) = column.get(&s.metric) {
+                    cells[i] = Some(s.value);
+                }
+                if s.multiplexed() {
+                    multiplexed.push(s.metric.as_str());
+                }
+            }
+            line.clear();
+            let _ = write!(line, "{},{},{},", frame.seq, frame.time.mono_ns, wall);
+            csv_field(&mut line, &scope.to_string());
+            line.push(',');
+            csv_field(&mut line, frame.label(scope).unwrap_or(""));
+            for c in &cells {
+                line.push(',');
+                if let Some(v) = c {
+                    let _ = write!(line, "{v}");
+                }
+            }
+            line.push(',');
+            line.push_str(&multiplexed.join(";"));
+            line.push('\n');
+            out.write_all(line.as_bytes()).map_err(io_err)?;
+        }
+    }
+    Ok(())
+}
+
+/// Writes the frames of `snapshot` into `dir` in each of `formats`, each file
+/// atomically (a temporary file in `dir`, fsynced, then renamed), decoding one
+/// frame at a time. Returns the paths written.
 ///
 /// Files are named `<stem>.<ext>`; the caller picks a stem that is unique per flush.
 pub fn flush(
-    frames: &[Arc<Frame>],
+    snapshot: &Snapshot,
     header: &RecordingHeader,
     dir: &Path,
     stem: &str,
@@ -205,15 +495,19 @@ pub fn flush(
         match format {
             Format::Jsonl => {
                 let mut w = RecordingWriter::new(&mut out, header).map_err(err(&path))?;
-                for f in frames {
-                    w.write_frame(f).map_err(err(&path))?;
+                for f in snapshot.frames() {
+                    let f = f.map_err(|source| FlushError::Corrupt { source })?;
+                    w.write_frame(&f).map_err(err(&path))?;
                 }
                 w.finish().map_err(err(&path))?;
             }
-            Format::Csv => {
-                recording::write_csv(&mut out, frames.iter().map(|f| f.as_ref()))
-                    .map_err(err(&path))?;
-            }
+            Format::Csv => write_csv_streaming(&mut out, snapshot).map_err(|e| match e {
+                FlushError::Io { source, .. } => FlushError::Io {
+                    path: path.clone(),
+                    source,
+                },
+                other => other,
+            })?,
         }
         out.flush().map_err(err(&path))?;
         drop(out);
@@ -233,8 +527,8 @@ pub fn flush(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use hwqos_core::recording::{CounterClass, RecordedBackend};
-    use hwqos_core::{MetricName, Timestamp};
+    use hwqos_core::recording::RecordedBackend;
+    use hwqos_core::{CounterReading, ScopeLabel};
 
     fn frame(seq: u64, mono_ns: u64, n: usize) -> Arc<Frame> {
         let t = Timestamp {
@@ -259,30 +553,116 @@ mod tests {
         })
     }
 
+    /// A frame about processes `pids`, with counters, labels and odd values.
+    fn process_frame(seq: u64, pids: std::ops::Range<u32>) -> Arc<Frame> {
+        let t = Timestamp {
+            mono_ns: seq * 100_000_000,
+            wall_ns: 1_700_000_000_000_000_000 + seq as i64 * 100_000_000,
+        };
+        let mut samples = Vec::new();
+        let mut labels = Vec::new();
+        for pid in pids {
+            let scope = Scope::Process { pid };
+            let reading = CounterReading {
+                raw: 1000 + seq * 7 + u64::from(pid),
+                time_enabled: 100_000_000,
+                time_running: if pid % 3 == 0 {
+                    50_000_000
+                } else {
+                    100_000_000
+                },
+            };
+            samples.extend(Sample::counter(
+                t,
+                scope.clone(),
+                MetricName::from_static("sw.page_faults"),
+                reading,
+            ));
+            samples.push(Sample::gauge(
+                t,
+                scope.clone(),
+                MetricName::from_static("os.proc.cpu"),
+                if pid % 5 == 0 {
+                    f64::NAN
+                } else {
+                    pid as f64 / 7.0
+                },
+            ));
+            labels.push(ScopeLabel {
+                scope,
+                name: format!("proc,\"{pid}\""),
+            });
+        }
+        Arc::new(Frame {
+            seq,
+            time: t,
+            interval_ns: 100_000_000,
+            samples,
+            labels,
+        })
+    }
+
+    fn seqs(s: &Snapshot) -> Vec<u64> {
+        s.frames().map(|f| f.unwrap().seq).collect()
+    }
+
     #[test]
     fn ring_keeps_the_newest_frames() {
         let mut db = FrameDb::new(3, usize::MAX);
+        assert!(db.latest().is_none() && db.window(None, None).is_empty());
         for i in 0..5 {
             db.push(frame(i, i * 10, 1));
         }
         assert_eq!(db.len(), 3);
         assert_eq!(db.evicted(), 2);
-        let seqs: Vec<u64> = db.snapshot().iter().map(|f| f.seq).collect();
-        assert_eq!(seqs, vec![2, 3, 4]);
+        assert_eq!(seqs(&db.snapshot()), vec![2, 3, 4]);
+        assert_eq!(db.latest().map(|f| f.seq), Some(4));
         db.set_limits(2, usize::MAX);
-        let seqs: Vec<u64> = db.snapshot().iter().map(|f| f.seq).collect();
-        assert_eq!(seqs, vec![3, 4]);
+        assert_eq!(seqs(&db.snapshot()), vec![3, 4]);
+        assert_eq!(db.snapshot().last_seq(), Some(4));
+    }
+
+    #[test]
+    fn stored_frames_decode_to_what_was_pushed() {
+        let mut db = FrameDb::new(100, usize::MAX);
+        let pushed: Vec<Arc<Frame>> = (0..20)
+            .map(|i| process_frame(i, i as u32..i as u32 + 5))
+            .collect();
+        for f in &pushed {
+            db.push(f.clone());
+        }
+        let back: Vec<Frame> = db.snapshot().frames().map(Result::unwrap).collect();
+        assert_eq!(back.len(), 20);
+        for (a, b) in back.iter().zip(&pushed) {
+            // `==` is false for NaN values; compare their bits too.
+            assert_eq!(format!("{a:?}"), format!("{b:?}"));
+            let bits = |f: &Frame| {
+                f.samples
+                    .iter()
+                    .map(|s| s.value.to_bits())
+                    .collect::<Vec<_>>()
+            };
+            assert_eq!(bits(a), bits(b));
+        }
+        // The newest frame is the very `Arc` pushed.
+        assert!(Arc::ptr_eq(db.latest().unwrap(), &pushed[19]));
+        assert!(Arc::ptr_eq(&db.window(None, Some(1))[0], &pushed[19]));
     }
 
     #[test]
     fn ring_respects_the_byte_bound() {
-        let one = frame_bytes(&frame(0, 0, 10));
-        let mut db = FrameDb::new(1000, one * 4);
+        let mut probe = FrameDb::new(1000, usize::MAX);
+        probe.push(process_frame(0, 0..50));
+        let fixed = probe.bytes() - probe.encoded_bytes();
+        let one = probe.encoded_bytes();
+        // Room for the dictionary, the decoded newest frame and about 4 encoded frames.
+        let mut db = FrameDb::new(1000, fixed + 4 * one + one / 2);
         for i in 0..20 {
-            db.push(frame(i, i, 10));
+            db.push(process_frame(i, 0..50));
+            assert!(db.bytes() <= fixed + 4 * one + one / 2 || db.len() == 1);
         }
         assert_eq!(db.len(), 4);
-        assert!(db.bytes() <= one * 4);
+        assert_eq!(db.evicted(), 20 - db.len() as u64);
         // A single frame larger than the bound is still kept (the newest data matters).
         let mut db = FrameDb::new(1000, 1);
         db.push(frame(1, 1, 10));
@@ -301,24 +681,115 @@ mod tests {
         assert_eq!(seqs(db.window(None, Some(3))), vec![7, 8, 9]);
         assert_eq!(seqs(db.window(Some(0.25), None)), vec![7, 8, 9]);
         assert_eq!(seqs(db.window(Some(0.25), Some(2))), vec![8, 9]);
+        assert_eq!(seqs(db.window(None, Some(0))), Vec::<u64>::new());
         assert_eq!(db.window(None, None).len(), 10);
+        assert_eq!(*db.window(None, None)[4], *frame(4, 400_000_000, 1));
         assert!(FrameDb::new(5, 5).window(Some(1.0), None).is_empty());
+    }
+
+    #[test]
+    fn the_dictionary_is_rebuilt_from_the_frames_held() {
+        let mut db = FrameDb::new(4, usize::MAX);
+        db.set_dictionary_limit(500);
+        // Ten processes a frame, a new ten every frame: keys of gone processes pile up.
+        for i in 0..60u64 {
+            let first = i as u32 * 10;
+            db.push(process_frame(i, first..first + 10));
+            // 4 frames × 10 processes hold ~4 × (10 scopes + 20 series + 10 labels
+            // + 1 set + 10 pairs) + 2 metrics keys.
+            assert!(db.dict.keys() <= 2 * 500, "{} keys", db.dict.keys());
+        }
+        assert!(
+            db.dictionary_rebuilds() >= 2,
+            "{}",
+            db.dictionary_rebuilds()
+        );
+        let snapshot = db.snapshot();
+        assert_eq!(seqs(&snapshot), vec![56, 57, 58, 59]);
+        let kept: Vec<Frame> = snapshot.frames().map(Result::unwrap).collect();
+        assert_eq!(
+            format!("{:?}", kept[0]),
+            format!("{:?}", process_frame(56, 560..570))
+        );
+        // A snapshot keeps its own dictionary across later rebuilds.
+        for i in 60..120u64 {
+            let first = i as u32 * 10;
+            db.push(process_frame(i, first..first + 10));
+        }
+        assert_eq!(seqs(&snapshot), vec![56, 57, 58, 59]);
+        assert_eq!(seqs(&db.snapshot()), vec![116, 117, 118, 119]);
+    }
+
+    #[test]
+    fn a_large_dictionary_counts_against_the_byte_bound() {
+        // Frames of ever-new processes with a byte bound: the dictionary must not
+        // keep the keys of evicted frames forever.
+        let bound = 2 << 20;
+        let mut db = FrameDb::new(1_000_000, bound);
+        for i in 0..400u64 {
+            let first = i as u32 * 100;
+            db.push(process_frame(i, first..first + 100));
+            assert!(db.bytes() <= bound || db.len() == 1, "{} bytes", db.bytes());
+        }
+        assert!(db.dictionary_rebuilds() > 0);
+        assert!(db.len() > 1);
+        assert_eq!(db.snapshot().frames().count(), db.len());
+    }
+
+    fn header() -> RecordingHeader {
+        RecordingHeader::new(
+            "n",
+            Timestamp::default(),
+            10.0,
+            RecordedBackend::Perf,
+            CounterClass::None,
+        )
+    }
+
+    #[test]
+    fn csv_is_written_as_core_writes_it() {
+        let mut db = FrameDb::new(100, usize::MAX);
+        let frames: Vec<Arc<Frame>> = (0..6)
+            .map(|i| process_frame(i, 0..(i as u32 % 4 + 1)))
+            .collect();
+        for f in &frames {
+            db.push(f.clone());
+        }
+        db.push(frame(6, 700_000_000, 3));
+        let mut ours = Vec::new();
+        write_csv_streaming(&mut ours, &db.snapshot()).unwrap();
+        let decoded: Vec<Frame> = db.snapshot().frames().map(Result::unwrap).collect();
+        let core = recording::write_csv(Vec::new(), decoded.iter()).unwrap();
+        assert_eq!(
+            String::from_utf8(ours).unwrap(),
+            String::from_utf8(core).unwrap()
+        );
+        assert_eq!(
+            db.snapshot().counter_class().unwrap(),
+            CounterClass::Software
+        );
+        let names: Vec<String> = db
+            .snapshot()
+            .metrics()
+            .unwrap()
+            .iter()
+            .map(|m| m.to_string())
+            .collect();
+        assert_eq!(names, ["os.cpu.util", "os.proc.cpu", "sw.page_faults"]);
     }
 
     #[test]
     fn flush_writes_files_that_read_back() {
         let dir = tempfile::tempdir().unwrap();
+        let mut db = FrameDb::new(100, usize::MAX);
         let frames: Vec<Arc<Frame>> = (0..4).map(|i| frame(i, i * 1000, 2)).collect();
-        let header = RecordingHeader::new(
-            "n",
-            frames[0].time,
-            10.0,
-            RecordedBackend::Perf,
-            CounterClass::None,
-        );
+        for f in &frames {
+            db.push(f.clone());
+        }
+        let snapshot = db.snapshot();
         let paths = flush(
-            &frames,
-            &header,
+            &snapshot,
+            &header(),
             &dir.path().join("sub"),
             "rec",
             &[Format::Jsonl, Format::Csv],
@@ -339,7 +810,7 @@ mod tests {
             .collect();
         assert_eq!(names.len(), 2, "{names:?}");
         assert!(matches!(
-            flush(&frames, &header, dir.path(), "x", &[]),
+            flush(&snapshot, &header(), dir.path(), "x", &[]),
             Err(FlushError::NoFormats)
         ));
     }

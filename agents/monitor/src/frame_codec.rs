@@ -18,12 +18,15 @@
 //! - the series id, unless it is the previous sample's id + 1 ([`NEXT_SERIES`]);
 //! - the sample time as zigzag deltas from the frame time, unless equal ([`OWN_TIME`]);
 //! - the value in the smallest exact form: implied by the counter reading
-//!   (`value == reading.scaled()`), a zigzag varint integer, the significant high
-//!   bytes of the IEEE-754 bits, or all 8 bytes — always bit-for-bit, so NaN
-//!   payloads, infinities and `-0.0` survive;
-//! - the counter reading: `raw`, then `time_enabled` unless it equals the previous
-//!   reading's in this frame (counters of one group share it), then `time_running`
-//!   unless it equals `time_enabled` (not multiplexed).
+//!   (`value == reading.scaled()`), a reference to one of the last 16 counter
+//!   samples whose per-second rate over the frame's interval it is (the
+//!   `derived.rate.*` metrics), a zigzag varint integer, the significant high bytes
+//!   of the IEEE-754 bits, or all 8 bytes. The encoder only picks a form after
+//!   checking it reproduces the value bit for bit, so NaN payloads, infinities and
+//!   `-0.0` survive;
+//! - the counter reading: `raw`, then `time_enabled` and `time_running` unless
+//!   they repeat the previous reading's in this frame (counters of one perf group
+//!   share them) or `time_running == time_enabled` (not multiplexed).
 //!
 //! Every frame decodes on its own (no state is carried between frames), so the
 //! database can evict the oldest frame and decode any window lazily. Decoding
@@ -34,22 +37,16 @@ use hwqos_core::{CounterReading, Frame, MetricName, Sample, Scope, ScopeLabel, T
 use std::collections::HashMap;
 use std::sync::Arc;
 
+const VALUE_MASK: u8 = 0b111;
 /// The sample carries a counter reading.
-pub const HAS_COUNTER: u8 = 1 << 0;
+pub const HAS_COUNTER: u8 = 1 << 3;
 /// The sample's time differs from the frame's; two zigzag deltas follow.
-pub const OWN_TIME: u8 = 1 << 1;
+pub const OWN_TIME: u8 = 1 << 4;
 /// The series id is the previous sample's id + 1 and is not written.
-pub const NEXT_SERIES: u8 = 1 << 2;
-const VALUE_SHIFT: u8 = 3;
-const VALUE_MASK: u8 = 0b11 << VALUE_SHIFT;
-/// The reading's `time_running` equals its `time_enabled` and is not written.
-pub const RUNNING_IS_ENABLED: u8 = 1 << 5;
-/// The reading's `time_enabled` equals the previous reading's in this frame.
-pub const SAME_ENABLED: u8 = 1 << 6;
-const KNOWN_FLAGS: u8 =
-    HAS_COUNTER | OWN_TIME | NEXT_SERIES | VALUE_MASK | RUNNING_IS_ENABLED | SAME_ENABLED;
+pub const NEXT_SERIES: u8 = 1 << 5;
+const TIMES_SHIFT: u8 = 6;
 
-/// How a value is stored (flag bits 3–4).
+/// How a value is stored (flag bits 0–2).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum ValueForm {
     /// Not stored: the counter reading's scaled value.
@@ -60,22 +57,67 @@ enum ValueForm {
     Trimmed = 2,
     /// All 8 bytes of the bits, little-endian.
     Full = 3,
+    /// A varint `k`: the value is the per-second rate of the `k`-th previous
+    /// counter sample's value over the frame's interval (`derived.rate.*`).
+    RateOf = 4,
 }
 
 impl ValueForm {
-    fn from_flags(flags: u8) -> ValueForm {
-        match (flags & VALUE_MASK) >> VALUE_SHIFT {
+    fn from_flags(flags: u8) -> Option<ValueForm> {
+        Some(match flags & VALUE_MASK {
             0 => ValueForm::Scaled,
             1 => ValueForm::Integer,
             2 => ValueForm::Trimmed,
-            _ => ValueForm::Full,
+            3 => ValueForm::Full,
+            4 => ValueForm::RateOf,
+            _ => return None,
+        })
+    }
+}
+
+/// Which counter times are written (flag bits 6–7; zero without a counter).
+/// Counters of one perf group share both times, and unmultiplexed ones run for
+/// as long as they are enabled.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Times {
+    /// `time_enabled` and `time_running` follow.
+    Both = 0,
+    /// `time_enabled` follows; `time_running` equals it.
+    RunningIsEnabled = 1,
+    /// Nothing follows: `time_enabled` is the previous reading's, `time_running` equals it.
+    SameEnabledRunningIsEnabled = 2,
+    /// Nothing follows: both equal the previous reading's.
+    SameAsPrevious = 3,
+}
+
+impl Times {
+    fn from_flags(flags: u8) -> Times {
+        match flags >> TIMES_SHIFT {
+            0 => Times::Both,
+            1 => Times::RunningIsEnabled,
+            2 => Times::SameEnabledRunningIsEnabled,
+            _ => Times::SameAsPrevious,
         }
     }
 
-    fn flags(self) -> u8 {
-        (self as u8) << VALUE_SHIFT
+    fn of(c: &CounterReading, previous: Option<(u64, u64)>) -> Times {
+        let same_enabled = previous.is_some_and(|(e, _)| e == c.time_enabled);
+        if c.time_running == c.time_enabled {
+            if same_enabled {
+                Times::SameEnabledRunningIsEnabled
+            } else {
+                Times::RunningIsEnabled
+            }
+        } else if previous == Some((c.time_enabled, c.time_running)) {
+            Times::SameAsPrevious
+        } else {
+            Times::Both
+        }
     }
 }
+
+/// How many counter samples back a [`ValueForm::RateOf`] reference may reach.
+const RATE_REACH: usize = 16;
 
 /// Why bytes are not an encoded frame (for this dictionary).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -94,7 +136,11 @@ pub enum DecodeError {
     UnknownLabelSet { id: u64, known: usize },
     #[error("encoded frame: sample {index} has a scaled value but no usable counter reading")]
     NoScaledValue { index: usize },
-    #[error("encoded frame: sample {index} repeats time_enabled but no reading precedes it")]
+    #[error(
+        "encoded frame: sample {index} is a rate of counter sample -{back}, which does not exist"
+    )]
+    BadRateReference { index: usize, back: u64 },
+    #[error("encoded frame: sample {index} repeats counter times but no reading precedes it")]
     NoPreviousEnabled { index: usize },
     #[error("encoded frame: sample {index} has a trimmed value of {len} bytes (at most 8)")]
     BadValueLength { index: usize, len: u8 },
@@ -292,20 +338,38 @@ fn unzigzag(v: u64) -> i64 {
     (v >> 1) as i64 ^ -((v & 1) as i64)
 }
 
+const TWO_POW_63: f64 = 9_223_372_036_854_775_808.0;
+
 /// The integer an `f64` holds exactly (same bits back), if any.
 fn exact_integer(v: f64) -> Option<i64> {
     // 2^63 itself does not fit in an i64; the range check excludes NaN and infinities.
-    if !(v >= -9.223_372_036_854_775_808e18 && v < 9.223_372_036_854_775_808e18) {
+    if !(-TWO_POW_63..TWO_POW_63).contains(&v) {
         return None;
     }
     let i = v as i64;
     ((i as f64).to_bits() == v.to_bits()).then_some(i)
 }
 
-fn put_value(out: &mut Vec<u8>, value: f64, reading: Option<&CounterReading>) -> ValueForm {
+/// Writes `value` in its smallest exact form. `rates` are the values of the
+/// frame's counter samples so far divided by the interval in seconds, newest last.
+fn put_value(
+    out: &mut Vec<u8>,
+    value: f64,
+    reading: Option<&CounterReading>,
+    rates: &[f64],
+) -> ValueForm {
     let bits = value.to_bits();
     if reading.and_then(CounterReading::scaled).map(f64::to_bits) == Some(bits) {
         return ValueForm::Scaled;
+    }
+    if let Some(back) = rates
+        .iter()
+        .rev()
+        .take(RATE_REACH)
+        .position(|r| r.to_bits() == bits)
+    {
+        put_varint(out, back as u64 + 1);
+        return ValueForm::RateOf;
     }
     let integer = exact_integer(value).map(zigzag);
     let significant = 8 - (bits.trailing_zeros() / 8) as usize;
@@ -328,6 +392,11 @@ fn put_value(out: &mut Vec<u8>, value: f64, reading: Option<&CounterReading>) ->
     }
 }
 
+/// The seconds a frame's interval lasts, as `derived.rate.*` values divide by.
+fn interval_secs(interval_ns: u64) -> f64 {
+    interval_ns as f64 / 1e9
+}
+
 /// Appends the encoding of `frame` to `out`, interning new keys in `dict`.
 pub fn encode(frame: &Frame, dict: &mut Dictionary, out: &mut Vec<u8>) -> Result<(), EncodeError> {
     let label_set = if frame.labels.is_empty() {
@@ -342,7 +411,9 @@ pub fn encode(frame: &Frame, dict: &mut Dictionary, out: &mut Vec<u8>) -> Result
     put_varint(out, label_set);
     put_varint(out, frame.samples.len() as u64);
     let mut previous = u32::MAX;
-    let mut last_enabled: Option<u64> = None;
+    let mut last_times: Option<(u64, u64)> = None;
+    let secs = interval_secs(frame.interval_ns);
+    let mut rates: Vec<f64> = Vec::new();
     for sample in &frame.samples {
         let id = dict.series_id(&sample.scope, &sample.metric, previous.wrapping_add(1))?;
         let flags_at = out.len();
@@ -365,21 +436,22 @@ pub fn encode(frame: &Frame, dict: &mut Dictionary, out: &mut Vec<u8>) -> Result
                 zigzag(sample.time.wall_ns.wrapping_sub(frame.time.wall_ns)),
             );
         }
-        flags |= put_value(out, sample.value, sample.counter.as_ref()).flags();
+        flags |= put_value(out, sample.value, sample.counter.as_ref(), &rates) as u8;
         if let Some(c) = &sample.counter {
             flags |= HAS_COUNTER;
             put_varint(out, c.raw);
-            if last_enabled == Some(c.time_enabled) {
-                flags |= SAME_ENABLED;
-            } else {
-                put_varint(out, c.time_enabled);
+            let times = Times::of(c, last_times);
+            match times {
+                Times::Both => {
+                    put_varint(out, c.time_enabled);
+                    put_varint(out, c.time_running);
+                }
+                Times::RunningIsEnabled => put_varint(out, c.time_enabled),
+                Times::SameEnabledRunningIsEnabled | Times::SameAsPrevious => {}
             }
-            last_enabled = Some(c.time_enabled);
-            if c.time_running == c.time_enabled {
-                flags |= RUNNING_IS_ENABLED;
-            } else {
-                put_varint(out, c.time_running);
-            }
+            flags |= (times as u8) << TIMES_SHIFT;
+            last_times = Some((c.time_enabled, c.time_running));
+            rates.push(sample.value / secs);
         }
         out[flags_at] = flags;
     }
@@ -486,11 +558,15 @@ fn walk(
     }
     let count = count as usize;
     let mut previous = u32::MAX;
-    let mut last_enabled: Option<u64> = None;
+    let mut last_times: Option<(u64, u64)> = None;
+    let secs = interval_secs(header.interval_ns);
+    let mut rates: Vec<f64> = Vec::new();
     for index in 0..count {
         let flags = r.byte("sample flags")?;
-        if flags & !KNOWN_FLAGS != 0 {
-            return Err(DecodeError::BadFlags { index, flags });
+        let bad_flags = DecodeError::BadFlags { index, flags };
+        let form = ValueForm::from_flags(flags).ok_or(bad_flags.clone())?;
+        if flags & HAS_COUNTER == 0 && flags >> TIMES_SHIFT != 0 {
+            return Err(bad_flags);
         }
         let series = if flags & NEXT_SERIES != 0 {
             u64::from(previous.wrapping_add(1))
@@ -515,7 +591,6 @@ fn walk(
         } else {
             header.time
         };
-        let form = ValueForm::from_flags(flags);
         let stored = match form {
             ValueForm::Scaled => None,
             ValueForm::Integer => Some(unzigzag(r.varint("integer value")?) as f64),
@@ -539,20 +614,34 @@ fn walk(
                 buf.copy_from_slice(r.take(8, "value")?);
                 Some(f64::from_bits(u64::from_le_bytes(buf)))
             }
+            ValueForm::RateOf => {
+                let back = r.varint("rate reference")?;
+                let at = (rates.len() as u64)
+                    .checked_sub(back)
+                    .filter(|_| back >= 1 && back <= RATE_REACH as u64)
+                    .ok_or(DecodeError::BadRateReference { index, back })?;
+                Some(rates[at as usize])
+            }
         };
         let counter = if flags & HAS_COUNTER != 0 {
             let raw = r.varint("counter raw")?;
-            let time_enabled = if flags & SAME_ENABLED != 0 {
-                last_enabled.ok_or(DecodeError::NoPreviousEnabled { index })?
-            } else {
-                r.varint("counter time_enabled")?
+            let previous_times = || last_times.ok_or(DecodeError::NoPreviousEnabled { index });
+            let (time_enabled, time_running) = match Times::from_flags(flags) {
+                Times::Both => (
+                    r.varint("counter time_enabled")?,
+                    r.varint("counter time_running")?,
+                ),
+                Times::RunningIsEnabled => {
+                    let e = r.varint("counter time_enabled")?;
+                    (e, e)
+                }
+                Times::SameEnabledRunningIsEnabled => {
+                    let (e, _) = previous_times()?;
+                    (e, e)
+                }
+                Times::SameAsPrevious => previous_times()?,
             };
-            last_enabled = Some(time_enabled);
-            let time_running = if flags & RUNNING_IS_ENABLED != 0 {
-                time_enabled
-            } else {
-                r.varint("counter time_running")?
-            };
+            last_times = Some((time_enabled, time_running));
             Some(CounterReading {
                 raw,
                 time_enabled,
@@ -568,6 +657,9 @@ fn walk(
                 .and_then(CounterReading::scaled)
                 .ok_or(DecodeError::NoScaledValue { index })?,
         };
+        if counter.is_some() {
+            rates.push(value / secs);
+        }
         each(RawSample {
             series: series as u32,
             time,
@@ -673,8 +765,8 @@ mod tests {
                 f64::MAX,
                 f64::MIN,
                 5e-324,
-                9.223_372_036_854_775_808e18,
-                -9.223_372_036_854_775_808e18,
+                TWO_POW_63,
+                -TWO_POW_63,
                 1.0,
                 -1.0,
                 0.5,
@@ -740,7 +832,14 @@ mod tests {
             mono_ns: g.next(),
             wall_ns: g.next() as i64,
         };
+        let interval_ns = match g.below(3) {
+            0 => 0,
+            1 => 100_000_000 + g.below(1000),
+            _ => g.next() >> g.below(64),
+        };
         let n = g.below(40) as usize;
+        let mut counter_values: Vec<f64> = Vec::new();
+        let mut previous: Option<CounterReading> = None;
         let samples = (0..n)
             .map(|_| {
                 let own_time = g.below(4) == 0;
@@ -752,11 +851,27 @@ mod tests {
                 } else {
                     time
                 };
-                let counter = (g.below(2) == 0).then(|| g.reading());
-                let value = match counter.and_then(|c| c.scaled()) {
-                    Some(v) if g.below(2) == 0 => v,
+                let counter = (g.below(2) == 0).then(|| match previous {
+                    // Members of one group share their times.
+                    Some(p) if g.below(2) == 0 => CounterReading {
+                        raw: g.next() >> g.below(64),
+                        ..p
+                    },
+                    _ => g.reading(),
+                });
+                let rate_of = counter_values
+                    .len()
+                    .checked_sub(1 + g.below(20) as usize)
+                    .map(|i| counter_values[i] / (interval_ns as f64 / 1e9));
+                let value = match (counter.and_then(|c| c.scaled()), rate_of) {
+                    (Some(v), _) if g.below(2) == 0 => v,
+                    (_, Some(rate)) if g.below(2) == 0 => rate,
                     _ => g.value(),
                 };
+                if counter.is_some() {
+                    counter_values.push(value);
+                    previous = counter;
+                }
                 Sample {
                     time,
                     scope: g.scope(),
@@ -775,7 +890,7 @@ mod tests {
         Frame {
             seq,
             time,
-            interval_ns: g.next() >> g.below(64),
+            interval_ns,
             samples,
             labels,
         }
@@ -872,7 +987,7 @@ mod tests {
     fn values_take_their_smallest_exact_form() {
         let size = |value: f64, counter: Option<CounterReading>| {
             let mut out = Vec::new();
-            let form = put_value(&mut out, value, counter.as_ref());
+            let form = put_value(&mut out, value, counter.as_ref(), &[0.25, 7.0]);
             (form, out.len())
         };
         let c = CounterReading {
@@ -887,6 +1002,8 @@ mod tests {
         assert_eq!(size(f64::INFINITY, None), (ValueForm::Trimmed, 3));
         assert_eq!(size(0.1, None), (ValueForm::Full, 8));
         assert_eq!(size(f64::NAN, None).0, ValueForm::Trimmed);
+        assert_eq!(size(7.0, None), (ValueForm::RateOf, 1));
+        assert_eq!(size(0.25, None), (ValueForm::RateOf, 1));
     }
 
     #[test]
@@ -974,7 +1091,7 @@ mod tests {
             decode(
                 frames
                     .iter()
-                    .find(|b| decode(b, &dict).unwrap().samples.len() > 0)
+                    .find(|b| !decode(b, &dict).unwrap().samples.is_empty())
                     .unwrap(),
                 &empty
             ),
@@ -995,8 +1112,8 @@ mod tests {
         }
         assert_eq!(zigzag(-1), 1);
         assert_eq!(exact_integer(-0.0), None);
-        assert_eq!(exact_integer(9.223_372_036_854_775_808e18), None);
-        assert_eq!(exact_integer(-9.223_372_036_854_775_808e18), Some(i64::MIN));
+        assert_eq!(exact_integer(TWO_POW_63), None);
+        assert_eq!(exact_integer(-TWO_POW_63), Some(i64::MIN));
         assert_eq!(exact_integer(f64::NAN), None);
     }
 }

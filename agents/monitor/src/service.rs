@@ -11,7 +11,7 @@ use crate::config::{self, Config, ConfigError};
 use crate::db::{self, FlushError, FrameDb};
 use crate::openmetrics::{Exposition, SelfMetrics};
 use crate::{api_server, openmetrics};
-use hwqos_core::recording::{CounterClass, RecordedBackend, RecordingHeader};
+use hwqos_core::recording::{RecordedBackend, RecordingHeader};
 use hwqos_core::ticker::Ticker;
 use hwqos_core::time::format_rfc3339;
 use hwqos_core::{Frame, Timestamp};
@@ -535,11 +535,13 @@ impl MonitorHandle {
                 BackendKind::Perf => RecordedBackend::Perf,
                 BackendKind::Simulated => RecordedBackend::Simulated,
             },
-            CounterClass::of(frames.iter().map(|f| f.as_ref())),
+            frames
+                .counter_class()
+                .map_err(|source| FlushError::Corrupt { source })?,
         );
         header.event_sets = info.event_sets;
         header.writer = format!("hwqos-monitor {VERSION}");
-        let stem = flush_stem(&self.shared.node, frames.last().map(|f| f.seq));
+        let stem = flush_stem(&self.shared.node, frames.last_seq());
         let paths = db::flush(
             &frames,
             &header,
