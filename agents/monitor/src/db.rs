@@ -23,11 +23,9 @@
 
 use crate::frame_codec::{self, DecodeError, Dictionary};
 use hwqos_core::recording::{self, CounterClass, RecordingHeader, RecordingWriter};
-use hwqos_core::time::format_rfc3339;
 use hwqos_core::{Frame, MetricName, Sample, Scope, Timestamp};
 use serde::{Deserialize, Serialize};
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
-use std::fmt::Write as _;
+use std::collections::{BTreeSet, VecDeque};
 use std::io::{self, BufWriter, Write};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -397,69 +395,22 @@ impl Snapshot {
     }
 }
 
-/// Quotes a CSV field when it needs it (RFC 4180), as [`recording::write_csv`] does.
-fn csv_field(out: &mut String, field: &str) {
-    if field.contains([',', '"', '\n', '\r']) {
-        out.push('"');
-        out.push_str(&field.replace('"', "\"\""));
-        out.push('"');
-    } else {
-        out.push_str(field);
-    }
-}
-
-/// Writes a snapshot as CSV, decoding one frame at a time. The output is the
-/// same as [`recording::write_csv`] gives for the decoded frames (a test checks
-/// it), which needs every frame in memory at once.
+/// Writes a snapshot as CSV, decoding one frame at a time (the database never
+/// holds all frames decoded).
 fn write_csv_streaming(out: &mut impl Write, snapshot: &Snapshot) -> Result<(), FlushError> {
-    let csv_err = |source| FlushError::Corrupt { source };
-    let metrics = snapshot.metrics().map_err(csv_err)?;
-    let column: BTreeMap<&MetricName, usize> =
-        metrics.iter().enumerate().map(|(i, m)| (m, i)).collect();
-    let mut line = String::new();
-    line.push_str(&recording::CSV_FIXED_COLUMNS.join(","));
-    for m in &metrics {
-        line.push(',');
-        line.push_str(m.as_str());
-    }
-    line.push_str(",multiplexed\n");
+    let corrupt = |source| FlushError::Corrupt { source };
     let io_err = |source| FlushError::Io {
         path: PathBuf::new(),
         source,
     };
-    out.write_all(line.as_bytes()).map_err(io_err)?;
-    let mut cells: Vec<Option<f64>> = vec![None; metrics.len()];
+    let metrics = snapshot.metrics().map_err(corrupt)?;
+    let mut writer = recording::CsvWriter::new(out, metrics).map_err(io_err)?;
     for frame in snapshot.frames() {
-        let frame = frame.map_err(csv_err)?;
-        let wall = format_rfc3339(frame.time.wall_ns);
-        for scope in frame.scopes() {
-            cells.iter_mut().for_each(|c| *c = None);
-            let mut multiplexed: Vec<&str> = Vec::new();
-            for s in frame.samples.iter().filter(|s| &s.scope == scope) {
-                if let Some(&i) = column.get(&s.metric) {
-                    cells[i] = Some(s.value);
-                }
-                if s.multiplexed() {
-                    multiplexed.push(s.metric.as_str());
-                }
-            }
-            line.clear();
-            let _ = write!(line, "{},{},{},", frame.seq, frame.time.mono_ns, wall);
-            csv_field(&mut line, &scope.to_string());
-            line.push(',');
-            csv_field(&mut line, frame.label(scope).unwrap_or(""));
-            for c in &cells {
-                line.push(',');
-                if let Some(v) = c {
-                    let _ = write!(line, "{v}");
-                }
-            }
-            line.push(',');
-            line.push_str(&multiplexed.join(";"));
-            line.push('\n');
-            out.write_all(line.as_bytes()).map_err(io_err)?;
-        }
+        writer
+            .write_frame(&frame.map_err(corrupt)?)
+            .map_err(io_err)?;
     }
+    writer.finish().map_err(io_err)?;
     Ok(())
 }
 

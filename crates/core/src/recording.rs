@@ -320,47 +320,78 @@ fn csv_field(out: &mut String, field: &str) {
 pub const CSV_FIXED_COLUMNS: &[&str] = &["seq", "mono_ns", "wall_time", "scope", "label"];
 
 /// Writes frames as CSV (one row per scope per tick; see the module docs).
-pub fn write_csv<'a, W, I>(mut out: W, frames: I) -> io::Result<W>
+/// Needs the frames twice (once for the header's metric columns); where frames
+/// are produced one at a time, use [`CsvWriter`] with the metric list.
+pub fn write_csv<'a, W, I>(out: W, frames: I) -> io::Result<W>
 where
     W: Write,
     I: IntoIterator<Item = &'a Frame> + Clone,
 {
-    let metrics: BTreeSet<&MetricName> = frames
+    let metrics: BTreeSet<MetricName> = frames
         .clone()
         .into_iter()
-        .flat_map(|f| f.samples.iter().map(|s| &s.metric))
+        .flat_map(|f| f.samples.iter().map(|s| s.metric.clone()))
         .collect();
-    let column: BTreeMap<&MetricName, usize> =
-        metrics.iter().enumerate().map(|(i, m)| (*m, i)).collect();
-    let mut line = String::new();
-    line.push_str(&CSV_FIXED_COLUMNS.join(","));
-    for m in &metrics {
-        line.push(',');
-        line.push_str(m.as_str());
-    }
-    line.push_str(",multiplexed\n");
-    out.write_all(line.as_bytes())?;
-
-    let mut cells: Vec<Option<f64>> = vec![None; metrics.len()];
+    let mut writer = CsvWriter::new(out, metrics)?;
     for frame in frames {
+        writer.write_frame(frame)?;
+    }
+    writer.finish()
+}
+
+/// A streaming CSV writer: the header is written from a known set of metric
+/// columns, then frames one at a time (a metric outside the set is left out).
+pub struct CsvWriter<W: Write> {
+    out: W,
+    column: BTreeMap<MetricName, usize>,
+    cells: Vec<Option<f64>>,
+    line: String,
+}
+
+impl<W: Write> CsvWriter<W> {
+    /// Writes the header with one column per metric, in sorted order.
+    pub fn new(mut out: W, metrics: impl IntoIterator<Item = MetricName>) -> io::Result<Self> {
+        let metrics: BTreeSet<MetricName> = metrics.into_iter().collect();
+        let mut line = CSV_FIXED_COLUMNS.join(",");
+        for m in &metrics {
+            line.push(',');
+            line.push_str(m.as_str());
+        }
+        line.push_str(",multiplexed\n");
+        out.write_all(line.as_bytes())?;
+        Ok(CsvWriter {
+            out,
+            cells: vec![None; metrics.len()],
+            column: metrics
+                .into_iter()
+                .enumerate()
+                .map(|(i, m)| (m, i))
+                .collect(),
+            line,
+        })
+    }
+
+    /// Writes one row per scope of `frame`.
+    pub fn write_frame(&mut self, frame: &Frame) -> io::Result<()> {
         let wall = format_rfc3339(frame.time.wall_ns);
         for scope in frame.scopes() {
-            cells.iter_mut().for_each(|c| *c = None);
+            self.cells.iter_mut().for_each(|c| *c = None);
             let mut multiplexed: Vec<&str> = Vec::new();
             for s in frame.samples.iter().filter(|s| &s.scope == scope) {
-                if let Some(&i) = column.get(&s.metric) {
-                    cells[i] = Some(s.value);
+                if let Some(&i) = self.column.get(&s.metric) {
+                    self.cells[i] = Some(s.value);
                 }
                 if s.multiplexed() {
                     multiplexed.push(s.metric.as_str());
                 }
             }
+            let line = &mut self.line;
             line.clear();
             let _ = write!(line, "{},{},{},", frame.seq, frame.time.mono_ns, wall);
-            csv_field(&mut line, &scope.to_string());
+            csv_field(line, &scope.to_string());
             line.push(',');
-            csv_field(&mut line, frame.label(scope).unwrap_or(""));
-            for c in &cells {
+            csv_field(line, frame.label(scope).unwrap_or(""));
+            for c in &self.cells {
                 line.push(',');
                 if let Some(v) = c {
                     let _ = write!(line, "{v}");
@@ -369,11 +400,16 @@ where
             line.push(',');
             line.push_str(&multiplexed.join(";"));
             line.push('\n');
-            out.write_all(line.as_bytes())?;
+            self.out.write_all(line.as_bytes())?;
         }
+        Ok(())
     }
-    out.flush()?;
-    Ok(out)
+
+    /// Flushes and returns the writer.
+    pub fn finish(mut self) -> io::Result<W> {
+        self.out.flush()?;
+        Ok(self.out)
+    }
 }
 
 /// One CSV row read back.
