@@ -66,26 +66,7 @@ fn load(engine: &Engine, cli: &Cli) -> Result<(Config, Option<PathBuf>), Monitor
             .exists()
             .then(|| PathBuf::from(DEFAULT_CONFIG))
     });
-    match path {
-        Some(p) => Ok((engine.load_config(&p, cli.rate)?, Some(p))),
-        None => {
-            let check = engine.check_event.clone();
-            let mut config =
-                Config::parse("", Path::new("<built-in defaults>"), &move |n: &str| {
-                    check(n)
-                })?;
-            if let Some(rate) = cli.rate {
-                hwqos_monitor::config::check_rate(rate).map_err(|message| ConfigError {
-                    file: PathBuf::from("--rate"),
-                    position: None,
-                    key: None,
-                    message,
-                })?;
-                config.rate_hz = rate;
-            }
-            Ok((config, None))
-        }
-    }
+    Ok((engine.load_config(path.as_deref(), cli.rate)?, path))
 }
 
 fn real_main(cli: Cli) -> anyhow::Result<()> {

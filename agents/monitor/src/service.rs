@@ -105,14 +105,19 @@ impl Engine {
         }
     }
 
-    /// Loads and validates a config file, applying a `--rate` override.
+    /// Loads and validates a config file (the built-in defaults when `path` is
+    /// `None`), applying a `--rate` override.
     pub fn load_config(
         &self,
-        path: &Path,
+        path: Option<&Path>,
         rate_override: Option<f64>,
     ) -> Result<Config, ConfigError> {
         let check = self.check_event.clone();
-        let mut config = Config::load(path, &move |n: &str| check(n))?;
+        let check = move |n: &str| check(n);
+        let mut config = match path {
+            Some(path) => Config::load(path, &check)?,
+            None => Config::parse("", Path::new("<built-in defaults>"), &check)?,
+        };
         if let Some(rate) = rate_override {
             config::check_rate(rate).map_err(|message| ConfigError {
                 file: PathBuf::from("--rate"),
@@ -571,7 +576,7 @@ impl MonitorHandle {
         let config = self
             .shared
             .engine
-            .load_config(&path, self.shared.rate_override)?;
+            .load_config(Some(&path), self.shared.rate_override)?;
         self.apply(config)
     }
 
@@ -675,7 +680,7 @@ impl Default for RunOptions {
 /// counters. Configuration errors are [`MonitorError::Config`] (exit code 2).
 pub fn run(config_path: &Path, options: RunOptions) -> Result<(), MonitorError> {
     let engine = Engine::this_node();
-    let config = engine.load_config(config_path, options.rate_override)?;
+    let config = engine.load_config(Some(config_path), options.rate_override)?;
     run_with(config, Some(config_path.to_path_buf()), engine, options)
 }
 
