@@ -200,7 +200,9 @@ def overhead(rates, reps, seconds, warmup):
 # ---------------------------------------------------------------- jitter
 def jitter(seconds, rate=100):
     d = tempfile.mkdtemp(prefix="hwqos-jit-")
-    cfg = write_config(d, rate, [], per_cpu=True, procfs=True)
+    # Keep every frame of the run: drift is judged over the whole run.
+    cfg = write_config(d, rate, [], per_cpu=True, procfs=True,
+                       frames=int(rate * seconds) + 1000, max_mib=4096)
     mon = start_monitor(cfg)
     wait_for(os.path.join(d, "api.sock"))
     time.sleep(seconds)

@@ -52,6 +52,11 @@ pub struct Config {
     /// Ticks between rescans of the target selectors (0: never).
     #[serde(default = "default_rescan")]
     pub rescan_every: u32,
+    /// How the sampling thread waits for each tick (`absolute`,
+    /// `slack-compensated`, `hybrid:SPIN`, `busy-wait`, `relative`); default:
+    /// the ticker's choice for the period. Changes take effect on restart.
+    #[serde(default)]
+    pub sleep: Option<hwqos_core::ticker::SleepStrategy>,
     #[serde(default)]
     pub database: DatabaseConfig,
     #[serde(default)]
@@ -236,6 +241,7 @@ impl Default for Config {
             event_sets: default_event_sets(),
             procfs: true,
             rescan_every: default_rescan(),
+            sleep: None,
             database: DatabaseConfig::default(),
             output: OutputConfig::default(),
             api: ApiConfig::default(),

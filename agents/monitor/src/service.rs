@@ -288,6 +288,9 @@ impl Monitor {
         }
         let mut ticker =
             Ticker::new(config.period()).map_err(|e| MonitorError::Ticker(e.to_string()))?;
+        if let Some(strategy) = &config.sleep {
+            ticker.set_strategy(*strategy);
+        }
         let (frames_tx, _) = broadcast::channel(config.api.client_queue.max(1));
         let shared = Arc::new(Shared {
             node: hwqos_core::recording::node_name(),
@@ -343,6 +346,10 @@ impl Monitor {
 }
 
 fn sampling_loop(shared: &Shared, ticker: &mut Ticker) {
+    // The kernel's default 50 µs timer slack would dominate the tick lateness.
+    if let Err(e) = hwqos_core::ticker::set_thread_timer_slack(1) {
+        warn!("cannot lower the sampling thread's timer slack: {e}");
+    }
     let mut seq: Option<u64> = None;
     let mut period = shared.period_ns.load(Ordering::Relaxed);
     while !shared.stop.load(Ordering::SeqCst) {
@@ -592,6 +599,10 @@ impl MonitorHandle {
         if new.metrics != old.metrics {
             warn!("[metrics] changes take effect on restart; keeping the running endpoint");
             new.metrics = old.metrics.clone();
+        }
+        if new.sleep != old.sleep {
+            warn!("`sleep` changes take effect on restart; keeping the running strategy");
+            new.sleep = old.sleep;
         }
         let sampler_changed = serde_json::to_value(new.sampler_config()).ok()
             != serde_json::to_value(old.sampler_config()).ok();

@@ -178,3 +178,17 @@ fn running_with_a_bad_config_also_exits_2() {
     let out = run(&["--config", path.to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(2));
 }
+
+#[test]
+fn unknown_sleep_strategy() {
+    assert_config_error(
+        "sleep = \"nap\"\n",
+        &["bad.toml:1:", "sleep", "nap", "slack-compensated"],
+    );
+}
+
+#[test]
+fn sleep_strategy_is_accepted() {
+    let (code, out, _dir) = check(&format!("sleep = \"hybrid:50us\"\n{SW_SETS}\n"));
+    assert_eq!(code, 0, "{out}");
+}
