@@ -198,6 +198,49 @@ def overhead(rates, reps, seconds, warmup):
 
 
 # ---------------------------------------------------------------- jitter
+def steal_ticks():
+    """Clock ticks the hypervisor took from this VM, all CPUs (/proc/stat)."""
+    with open("/proc/stat") as f:
+        return int(f.readline().split()[8])
+
+
+def cyclictest_control(seconds, rate):
+    """Starts cyclictest (rt-tests) at the same interval as a control: the wake-up
+    latency any periodic thread sees on this machine at the same time."""
+    if not shutil.which("cyclictest"):
+        return None
+    return subprocess.Popen(
+        ["cyclictest", "-q", "-m", "-i", str(round(1e6 / rate)), "-l", str(int(seconds * rate)),
+         "-h", "60000"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+
+
+def cyclictest_summary(proc):
+    if proc is None:
+        return {"available": False, "note": "apt-get install rt-tests for the cyclictest control"}
+    out, _ = proc.communicate()
+    hist, overflows = [], 0
+    for line in out.splitlines():
+        parts = line.split()
+        if line.startswith("#") :
+            if "Histogram Overflows" in line:
+                overflows = int(line.split(":")[1].split()[0])
+            continue
+        if len(parts) == 2 and parts[0].isdigit():
+            hist.append((int(parts[0]), int(parts[1])))
+    total = sum(c for _, c in hist) + overflows
+    def pct(p):
+        need, acc = p / 100 * total, 0
+        for us, c in hist:
+            acc += c
+            if acc >= need:
+                return us
+        return None
+    mx = max((us for us, c in hist if c), default=None)
+    return {"available": True, "samples": total, "p50_us": pct(50), "p99_us": pct(99),
+            "p999_us": pct(99.9), "max_us": mx if not overflows else ">60000",
+            "over_200us": sum(c for us, c in hist if us > 200) + overflows}
+
+
 def jitter(seconds, rate=100):
     d = tempfile.mkdtemp(prefix="hwqos-jit-")
     # Keep every frame of the run: drift is judged over the whole run.
@@ -205,10 +248,14 @@ def jitter(seconds, rate=100):
                        frames=int(rate * seconds) + 1000, max_mib=4096)
     mon = start_monitor(cfg)
     wait_for(os.path.join(d, "api.sock"))
+    steal0 = steal_ticks()
+    control = cyclictest_control(seconds, rate)
     time.sleep(seconds)
+    steal = steal_ticks() - steal0
     flushed = api_request(os.path.join(d, "api.sock"), {"op": "flush"})
     status = api_request(os.path.join(d, "api.sock"), {"op": "status"})
     stop(mon)
+    control = cyclictest_summary(control)
     path = [p for p in flushed.get("paths", []) if p.endswith(".jsonl")][0]
     period = 1e9 / rate
     seqs, monos = [], []
@@ -235,12 +282,16 @@ def jitter(seconds, rate=100):
     out = {"rate_hz": rate, "seconds": seconds, "frames": n,
            "missed_ticks": (seqs[-1] - seqs[0] + 1) - n,
            "lateness_us": {"p50": pct(50), "p99": pct(99), "p999": pct(99.9), "max": late_sorted[-1]},
+           "ticks_later_than_200us": sum(1 for x in late_us if x > 200),
            "first_tenth_median_us": statistics.median(first),
            "last_tenth_median_us": statistics.median(last),
            "drift_slope_us_per_min": slope,
+           "vm_steal_ms": steal * 1000 / os.sysconf("SC_CLK_TCK"),
+           "cyclictest_control": control,
            "monitor_status": status}
     print(f"jitter @{rate} Hz over {seconds}s: p50 {pct(50):.1f} us, p99 {pct(99):.1f} us, "
-          f"slope {slope:+.3f} us/min", flush=True)
+          f"slope {slope:+.3f} us/min; steal {out['vm_steal_ms']:.0f} ms; "
+          f"cyclictest p99 {control.get('p99_us')} us max {control.get('max_us')} us", flush=True)
     return out
 
 
