@@ -7,6 +7,9 @@
 //! checks nothing. The child is this test binary re-executed with
 //! `cgroup_child_entry` as its only test.
 
+mod common;
+use common::{expect_line, touch_fresh_pages};
+
 use hwqos_core::{Frame, Scope, Timestamp};
 use hwqos_pmu::backend::perf::PerfBackend;
 use hwqos_pmu::catalog::Catalog;
@@ -35,49 +38,11 @@ fn cgroup_child_entry() {
     }
 }
 
-fn touch_fresh_pages(pages: usize) {
-    let page = 4096usize;
-    let len = pages * page;
-    // SAFETY: an anonymous private mapping of `len` bytes, written within its
-    // bounds and unmapped before returning.
-    unsafe {
-        let p = libc::mmap(
-            std::ptr::null_mut(),
-            len,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-            -1,
-            0,
-        );
-        assert_ne!(p, libc::MAP_FAILED);
-        // One fault per 4 KiB page: no transparent huge pages here.
-        libc::madvise(p, len, libc::MADV_NOHUGEPAGE);
-        let bytes = p as *mut u8;
-        for i in 0..pages {
-            std::ptr::write_volatile(bytes.add(i * page), 1);
-        }
-        libc::munmap(p, len);
-    }
-}
-
 struct TempCgroup(PathBuf);
 
 impl Drop for TempCgroup {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir(&self.0);
-    }
-}
-
-/// Reads the child's output up to `marker` (libtest prints its own lines first).
-fn expect_line(out: &mut impl BufRead, marker: &str) {
-    let mut line = String::new();
-    loop {
-        line.clear();
-        let n = out.read_line(&mut line).unwrap();
-        assert!(n > 0, "the child ended before printing {marker}");
-        if line.trim() == marker {
-            return;
-        }
     }
 }
 

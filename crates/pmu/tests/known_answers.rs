@@ -11,6 +11,9 @@
 //! `workload_child_entry` as the only test and the workload in an environment
 //! variable — so the harness's other test threads are not counted.
 
+mod common;
+use common::touch_fresh_pages;
+
 use hwqos_core::{Frame, Scope, Timestamp};
 use hwqos_pmu::backend::perf::PerfBackend;
 use hwqos_pmu::backend::{BackendKind, CountTarget, CounterBackend, GroupReading};
@@ -87,30 +90,6 @@ fn pingpong(round_trips: u64) {
         to_a_r.read_exact(&mut byte).unwrap();
     }
     b.join().unwrap();
-}
-
-fn touch_fresh_pages(pages: usize) {
-    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) } as usize;
-    let len = pages * page;
-    // SAFETY: a fresh private anonymous mapping, written within its length, unmapped below.
-    unsafe {
-        let p = libc::mmap(
-            std::ptr::null_mut(),
-            len,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-            -1,
-            0,
-        );
-        assert_ne!(p, libc::MAP_FAILED);
-        // Small pages only: a transparent huge page would fault 2 MiB at once.
-        libc::madvise(p, len, libc::MADV_NOHUGEPAGE);
-        let base = p as *mut u8;
-        for i in 0..pages {
-            std::ptr::write_volatile(base.add(i * page), 1);
-        }
-        libc::munmap(p, len);
-    }
 }
 
 fn burn_thread_cpu(ns: u64) {

@@ -6,6 +6,9 @@
 //! The processes are this test binary re-executed with `churn_child_entry` as the
 //! only test; a `--skip MARKER` argument makes their command lines unique.
 
+mod common;
+use common::expect_line;
+
 use hwqos_core::{Frame, Scope, Timestamp};
 use hwqos_pmu::backend::perf::PerfBackend;
 use hwqos_pmu::catalog::Catalog;
@@ -82,20 +85,6 @@ impl ChurnChild {
     fn exit(mut self) {
         drop(self.child.stdin.take());
         assert!(self.child.wait().unwrap().success());
-    }
-}
-
-fn expect_line(out: &mut BufReader<ChildStdout>, marker: &str) {
-    let mut line = String::new();
-    loop {
-        line.clear();
-        assert!(
-            out.read_line(&mut line).unwrap() > 0,
-            "child ended before {marker}"
-        );
-        if line.trim() == marker {
-            return;
-        }
     }
 }
 
