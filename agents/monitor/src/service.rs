@@ -234,7 +234,6 @@ struct Shared {
     source_info: Mutex<SourceInfo>,
     frames_tx: broadcast::Sender<Arc<Frame>>,
     queue: usize,
-    exposition: Mutex<Exposition>,
     counters: Counters,
     metrics_addr: Mutex<Option<SocketAddr>>,
     period_ns: AtomicU64,
@@ -305,7 +304,6 @@ impl Monitor {
             source: Mutex::new(source),
             source_info: Mutex::new(info),
             frames_tx,
-            exposition: Mutex::new(Exposition::new()),
             counters: Counters::default(),
             metrics_addr: Mutex::new(None),
             stop: AtomicBool::new(false),
@@ -375,8 +373,6 @@ fn sampling_loop(shared: &Shared, ticker: &mut Ticker) {
             .fetch_add(multiplexed, Ordering::Relaxed);
         let frame = Arc::new(frame);
         lock(&shared.db).push(frame.clone());
-        let sets = lock(&shared.source_info).event_sets.len() as u64;
-        lock(&shared.exposition).update(&frame, (2 * sets + 2).max(10));
         // No receivers is fine; slow receivers lag and are dropped by the API.
         let _ = shared.frames_tx.send(frame);
         let wanted = shared.period_ns.load(Ordering::Relaxed);
@@ -526,7 +522,16 @@ impl MonitorHandle {
             reloads: c.reloads.load(Ordering::Relaxed),
             last_frame_wall_ns: last_wall,
         };
-        lock(&self.shared.exposition).render(&me)
+        // Built at scrape time from the newest frames, not on every tick: a
+        // series disappears after `stale_after` ticks, so older frames cannot
+        // contribute (a database smaller than that shortens the horizon).
+        let stale_after = (2 * info.event_sets.len() as u64 + 2).max(10);
+        let recent = lock(&self.shared.db).window(None, Some(stale_after as usize + 1));
+        let mut exposition = Exposition::new();
+        for frame in &recent {
+            exposition.update(frame, stale_after);
+        }
+        exposition.render(&me)
     }
 
     pub(crate) fn set_metrics_addr(&self, addr: SocketAddr) {
