@@ -8,7 +8,7 @@
 //! `cgroup_child_entry` as its only test.
 
 mod common;
-use common::{expect_line, touch_fresh_pages};
+use common::{child_test_args, expect_line, touch_fresh_pages};
 
 use hwqos_core::{Frame, Scope, Timestamp};
 use hwqos_pmu::backend::perf::PerfBackend;
@@ -70,13 +70,7 @@ fn cgroup_and_member_process_count_the_faults_of_k_fresh_pages() {
     let cgroup = TempCgroup(dir);
 
     let mut child = Command::new(std::env::current_exe().unwrap())
-        .args([
-            "cgroup_child_entry",
-            "--exact",
-            "--nocapture",
-            "--test-threads=1",
-            "-q",
-        ])
+        .args(child_test_args("cgroup_child_entry"))
         .env(CHILD_ENV, "1")
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())

@@ -12,7 +12,7 @@
 //! variable — so the harness's other test threads are not counted.
 
 mod common;
-use common::touch_fresh_pages;
+use common::{child_test_args, touch_fresh_pages};
 
 use hwqos_core::{Frame, Scope, Timestamp};
 use hwqos_pmu::backend::perf::PerfBackend;
@@ -115,17 +115,11 @@ fn rusage_ns(who: libc::c_int) -> u64 {
 
 fn child_command(workload: &str, gated: bool) -> Command {
     let mut cmd = Command::new(std::env::current_exe().unwrap());
-    cmd.args([
-        "workload_child_entry",
-        "--exact",
-        "--nocapture",
-        "--test-threads=1",
-        "-q",
-    ])
-    .env(WORKLOAD_ENV, workload)
-    .env(GATED_ENV, if gated { "1" } else { "0" })
-    .stdin(Stdio::piped())
-    .stdout(Stdio::piped());
+    cmd.args(child_test_args("workload_child_entry"))
+        .env(WORKLOAD_ENV, workload)
+        .env(GATED_ENV, if gated { "1" } else { "0" })
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped());
     cmd
 }
 
@@ -367,13 +361,7 @@ fn perf_stat(workload: &str) -> Option<Vec<(String, f64)>> {
             "--",
         ])
         .arg(exe)
-        .args([
-            "workload_child_entry",
-            "--exact",
-            "--nocapture",
-            "--test-threads=1",
-            "-q",
-        ])
+        .args(child_test_args("workload_child_entry"))
         .env(WORKLOAD_ENV, workload)
         .env(GATED_ENV, "0")
         .stdin(Stdio::null())
@@ -404,13 +392,7 @@ fn whole_process_counts_agree_with_perf_stat_and_rusage() {
     let mut child = Command::new("sh")
         .args(["-c", "read -r go && exec \"$0\" \"$@\""])
         .arg(exe)
-        .args([
-            "workload_child_entry",
-            "--exact",
-            "--nocapture",
-            "--test-threads=1",
-            "-q",
-        ])
+        .args(child_test_args("workload_child_entry"))
         .env(WORKLOAD_ENV, &workload)
         .env(GATED_ENV, "0")
         .stdin(Stdio::piped())

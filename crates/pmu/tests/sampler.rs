@@ -7,7 +7,7 @@
 //! only test; a `--skip MARKER` argument makes their command lines unique.
 
 mod common;
-use common::expect_line;
+use common::{child_test_args, expect_line};
 
 use hwqos_core::{Frame, Scope, Timestamp};
 use hwqos_pmu::backend::perf::PerfBackend;
@@ -53,15 +53,8 @@ struct ChurnChild {
 impl ChurnChild {
     fn spawn(marker: &str) -> ChurnChild {
         let mut child = Command::new(std::env::current_exe().unwrap())
-            .args([
-                "churn_child_entry",
-                "--exact",
-                "--nocapture",
-                "--test-threads=1",
-                "-q",
-                "--skip",
-                marker,
-            ])
+            .args(child_test_args("churn_child_entry"))
+            .args(["--skip", marker])
             .env(CHILD_ENV, "1")
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())

@@ -48,3 +48,10 @@ pub fn expect_line(out: &mut impl BufRead, marker: &str) {
         }
     }
 }
+
+/// libtest arguments that run exactly the test `entry` of the current test
+/// binary, quietly, with its output passed through: how a test re-executes
+/// itself as a child workload.
+pub fn child_test_args(entry: &str) -> [&str; 5] {
+    [entry, "--exact", "--nocapture", "--test-threads=1", "-q"]
+}
