@@ -1,0 +1,4 @@
+fn main() {
+    eprintln!("hwqos-relay: not implemented yet");
+    std::process::exit(1);
+}
