@@ -1,35 +1,18 @@
 //! `hwqos-monitor`: command-line glue around [`hwqos_monitor::service`].
 //! Exit codes: 0 success, 1 runtime failure, 2 fatal configuration error.
 
+/// The clap definitions (shared with the man-page generator in `deploy/package`).
+mod cli;
+
 use anyhow::Context;
 use clap::Parser;
-use hwqos_monitor::service::{self, Engine, MonitorError, RunOptions};
+use cli::Cli;
+use hwqos_monitor::service::{self, Engine, MonitorError, RunOptions, SystemdNotifier};
 use hwqos_monitor::{Config, ConfigError};
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-
-/// Continuous hardware and software characteristics monitoring of this node.
-#[derive(Parser, Debug)]
-#[command(name = "hwqos-monitor", version, about)]
-struct Cli {
-    /// Configuration file (TOML). Without it, /etc/hwqos/monitor.toml if it
-    /// exists, else the built-in defaults.
-    #[arg(long, short = 'c', value_name = "FILE")]
-    config: Option<PathBuf>,
-    /// Validate the configuration and exit (0: valid, 2: invalid).
-    #[arg(long)]
-    check_config: bool,
-    /// List the events this node offers, and why the others are unavailable.
-    #[arg(long)]
-    list_events: bool,
-    /// Sampling rate in Hz (overrides `rate_hz`, also across reloads).
-    #[arg(long, value_name = "HZ")]
-    rate: Option<f64>,
-    /// Sample one interval, print the frame as JSON and exit.
-    #[arg(long)]
-    once: bool,
-}
+use std::sync::Arc;
 
 const DEFAULT_CONFIG: &str = "/etc/hwqos/monitor.toml";
 
@@ -97,7 +80,7 @@ fn real_main(cli: Cli) -> anyhow::Result<()> {
         engine,
         RunOptions {
             rate_override: cli.rate,
-            ..RunOptions::default()
+            notifier: Arc::new(SystemdNotifier::from_env()),
         },
     )?;
     Ok(())

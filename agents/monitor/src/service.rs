@@ -180,16 +180,86 @@ impl MonitorError {
 
 /// Hooks for a service manager (sd-notify READY/RELOADING/STOPPING/WATCHDOG).
 pub trait Notifier: Send + Sync {
+    /// The sampler, the API socket and `/metrics` are up.
     fn ready(&self) {}
+    /// A reload (SIGHUP) starts; [`Notifier::ready`] follows when it is done.
     fn reloading(&self) {}
+    /// A clean shutdown starts.
     fn stopping(&self) {}
-    /// Called about once a second while the sampling thread makes progress.
+    /// Called every [`Notifier::watchdog_interval`] while the sampling thread
+    /// makes progress (a stuck sampler stops the pings).
     fn watchdog(&self) {}
+    /// A one-line, human-readable state (`systemctl status` shows it).
+    fn status(&self, _text: &str) {}
+    /// How often [`Notifier::watchdog`] is wanted; `None`: never.
+    fn watchdog_interval(&self) -> Option<Duration> {
+        None
+    }
 }
 
 /// A notifier that does nothing.
 pub struct NoNotifier;
 impl Notifier for NoNotifier {}
+
+/// Notifies systemd through `$NOTIFY_SOCKET` (sd_notify(3), `Type=notify`
+/// units): `READY=1`, `RELOADING=1` with `MONOTONIC_USEC`, `STOPPING=1`,
+/// `STATUS=` lines, and `WATCHDOG=1` at half of `$WATCHDOG_USEC` when the
+/// watchdog is enabled for this process (`$WATCHDOG_PID` unset or ours).
+/// Without `$NOTIFY_SOCKET` every call does nothing.
+pub struct SystemdNotifier {
+    watchdog_usec: Option<Duration>,
+    send_failed: AtomicBool,
+}
+
+impl SystemdNotifier {
+    /// Reads `$WATCHDOG_USEC`/`$WATCHDOG_PID`; `$NOTIFY_SOCKET` is read on
+    /// every message.
+    pub fn from_env() -> SystemdNotifier {
+        SystemdNotifier {
+            watchdog_usec: sd_notify::watchdog_enabled().filter(|d| !d.is_zero()),
+            send_failed: AtomicBool::new(false),
+        }
+    }
+
+    fn send(&self, states: &[sd_notify::NotifyState<'_>]) {
+        if let Err(e) = sd_notify::notify(states) {
+            // Once: a broken notify socket must not flood the log every ping.
+            if !self.send_failed.swap(true, Ordering::Relaxed) {
+                warn!("cannot notify the service manager: {e}");
+            }
+        }
+    }
+}
+
+impl Notifier for SystemdNotifier {
+    fn ready(&self) {
+        self.send(&[sd_notify::NotifyState::Ready]);
+    }
+    fn reloading(&self) {
+        use sd_notify::NotifyState;
+        match NotifyState::monotonic_usec_now() {
+            Ok(now) => self.send(&[NotifyState::Reloading, now]),
+            Err(e) => {
+                warn!("cannot read CLOCK_MONOTONIC for RELOADING=1: {e}");
+                self.send(&[NotifyState::Reloading]);
+            }
+        }
+    }
+    fn stopping(&self) {
+        self.send(&[sd_notify::NotifyState::Stopping]);
+    }
+    fn watchdog(&self) {
+        self.send(&[sd_notify::NotifyState::Watchdog]);
+    }
+    fn status(&self, text: &str) {
+        // STATUS= is one line of the datagram.
+        let line = text.replace('\n', " ");
+        self.send(&[sd_notify::NotifyState::Status(&line)]);
+    }
+    fn watchdog_interval(&self) -> Option<Duration> {
+        self.watchdog_usec.map(|d| d / 2)
+    }
+}
 
 #[derive(Default)]
 struct Counters {
@@ -770,20 +840,32 @@ async fn serve(
         )));
     }
 
-    options.notifier.ready();
+    let notifier = options.notifier.clone();
+    notifier.status(&running_status(&handle));
+    notifier.ready();
     info!(rate_hz = config.rate_hz, "hwqos-monitor {VERSION} sampling");
-    let mut watchdog = tokio::time::interval(Duration::from_secs(1));
+    let watchdog_every = notifier.watchdog_interval();
+    let mut watchdog = tokio::time::interval(watchdog_every.unwrap_or(Duration::from_secs(3600)));
+    watchdog.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tokio::select! {
             _ = hup.recv() => {
-                options.notifier.reloading();
+                notifier.reloading();
+                notifier.status("reloading the configuration");
                 let h = handle.clone();
-                match tokio::task::spawn_blocking(move || h.reload()).await {
-                    Ok(Ok(())) => {}
-                    Ok(Err(e)) => error!("configuration reload rejected, keeping the running configuration: {e}"),
-                    Err(e) => error!("configuration reload failed: {e}"),
-                }
-                options.notifier.ready();
+                let outcome = match tokio::task::spawn_blocking(move || h.reload()).await {
+                    Ok(Ok(())) => running_status(&handle),
+                    Ok(Err(e)) => {
+                        error!("configuration reload rejected, keeping the running configuration: {e}");
+                        format!("reload rejected, running the previous configuration: {e}")
+                    }
+                    Err(e) => {
+                        error!("configuration reload failed: {e}");
+                        format!("reload failed, running the previous configuration: {e}")
+                    }
+                };
+                notifier.status(&outcome);
+                notifier.ready();
             }
             _ = usr1.recv() => {
                 let h = handle.clone();
@@ -793,10 +875,12 @@ async fn serve(
                     Err(e) => error!("SIGUSR1 flush failed: {e}"),
                 }
             }
-            _ = watchdog.tick() => {
+            _ = watchdog.tick(), if watchdog_every.is_some() => {
+                // Ping only while the sampler makes progress: a stuck sampling
+                // thread lets systemd's watchdog restart the agent.
                 let age = hwqos_core::time::monotonic_ns().saturating_sub(handle.last_tick_mono_ns());
                 if age <= (3 * handle.period() + Duration::from_secs(1)).as_nanos() as u64 {
-                    options.notifier.watchdog();
+                    notifier.watchdog();
                 }
             }
             _ = term.recv() => { info!("SIGTERM: shutting down"); break; }
@@ -804,7 +888,8 @@ async fn serve(
         }
     }
 
-    options.notifier.stopping();
+    notifier.stopping();
+    notifier.status("stopping: final flush and shutdown");
     let _ = stop_tx.send(true);
     tokio::task::spawn_blocking(move || monitor.stop())
         .await
@@ -830,6 +915,19 @@ async fn serve(
         }
     }
     Ok(())
+}
+
+/// The `STATUS=` line while sampling.
+fn running_status(handle: &MonitorHandle) -> String {
+    let config = handle.config();
+    let unavailable = lock(&handle.shared.source_info).unavailable.len();
+    format!(
+        "sampling at {} Hz, {} event sets, {} events unavailable, {} reloads",
+        config.rate_hz,
+        config.event_sets.len(),
+        unavailable,
+        handle.shared.counters.reloads.load(Ordering::Relaxed)
+    )
 }
 
 /// Samples one interval and returns the frame (`--once`): a first tick starts

@@ -41,6 +41,9 @@ pub enum Command {
     Report(ReportArgs),
     /// Plot a recording as SVG: time series per metric and scope, CPI-stack bars.
     Plot(PlotArgs),
+    /// Measure this node's hardware model: topology, caches, OS settings and
+    /// probes (clock, syscall, ctxswitch, memlat, bandwidth, pagefault, net, timer).
+    Probe(ProbeArgs),
 }
 
 /// What to count in: processes, the whole system, or a command run by hwqos.
@@ -184,6 +187,55 @@ pub struct PlotArgs {
     /// Only these scopes, e.g. `pid:42`, `cpu:0`, `system` (repeatable).
     #[arg(long = "scope", value_name = "S")]
     pub scopes: Vec<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct ProbeArgs {
+    /// Probes to run, e.g. `memlat ctxswitch` (default: all of clock, syscall,
+    /// ctxswitch, memlat, bandwidth, pagefault, net, timer).
+    #[arg(value_name = "PROBE")]
+    pub probes: Vec<String>,
+    /// Scaled-down probes (fewer repeats, shorter sweeps, 0-10 ms timer requests).
+    #[arg(long)]
+    pub quick: bool,
+    /// Only the static model (topology, caches, OS inventory): no probes.
+    #[arg(long = "static", conflicts_with_all = ["quick", "plot"])]
+    pub static_only: bool,
+    /// Print the JSON hardware model instead of tables (to FILE with -o).
+    #[arg(long)]
+    pub json: bool,
+    /// Write the JSON hardware model to FILE (atomically).
+    #[arg(short = 'o', long = "output", value_name = "FILE")]
+    pub output: Option<PathBuf>,
+    /// Write an SVG of the memory-latency curve with its detected boundaries.
+    #[arg(long, value_name = "FILE.svg")]
+    pub plot: Option<PathBuf>,
+    /// Show what differs between two hardware models (exit 0: same, 1: different).
+    #[arg(
+        long,
+        num_args = 2,
+        value_names = ["A.json", "B.json"],
+        conflicts_with_all = ["probes", "quick", "static_only", "output", "plot"]
+    )]
+    pub diff: Option<Vec<PathBuf>>,
+    /// With --diff: relative difference of measured figures that counts (0.1 = 10 %).
+    #[arg(long, default_value_t = 0.10, value_name = "FRACTION", requires = "diff")]
+    pub tolerance: f64,
+    /// Pin the probes to this CPU (default: the last CPU allowed).
+    #[arg(long, value_name = "CPU")]
+    pub cpu: Option<u32>,
+    /// Batches per measured quantity (default 15, quick 5; memlat: 3, quick 2).
+    #[arg(long, value_name = "N")]
+    pub repeats: Option<usize>,
+    /// Seed of the pointer chase and the timer requests.
+    #[arg(long, default_value_t = hwqos_topology::probe::DEFAULT_SEED, value_name = "N")]
+    pub seed: u64,
+    /// Timer probe: sleep requests per strategy (default 40, quick 30; seed 003 used 1000).
+    #[arg(long, value_name = "N")]
+    pub timer_requests: Option<usize>,
+    /// Timer probe: requests uniform in 0..MS milliseconds (default 100, quick 10).
+    #[arg(long, value_name = "MS")]
+    pub timer_max_ms: Option<f64>,
 }
 
 #[cfg(test)]

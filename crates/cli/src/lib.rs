@@ -9,6 +9,7 @@
 //! - [`top`]: the live per-process / per-CPU view;
 //! - [`record`]: recordings made with the monitor engine;
 //! - [`report`], [`plot`]: summaries and SVG plots of recordings;
+//! - [`probe`]: `hwqos probe`, the node's hardware model (hwqos-topology);
 //! - [`error`]: exit codes (2 for usage and configuration errors).
 
 pub mod args;
@@ -16,6 +17,7 @@ pub mod child;
 pub mod error;
 pub mod list;
 pub mod plot;
+pub mod probe;
 pub mod record;
 pub mod report;
 pub mod stat;
@@ -67,6 +69,7 @@ pub fn run(cli: Cli) -> Result<u8> {
             top::run(&a, &mut std::io::stdout().lock())?;
             Ok(0)
         }
+        Some(Command::Probe(a)) => probe::run(&a, &mut std::io::stdout().lock()),
         None => Err(error::usage("no subcommand given (see hwqos --help)")),
     }
 }

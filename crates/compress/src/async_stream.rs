@@ -1,0 +1,188 @@
+//! Async (tokio) message streams. [`AsyncMessageStream`] offers
+//! `send_msg`/`recv_msg` like the blocking stream; [`AsyncMessageStream::into_split`]
+//! gives a sender and a receiver that can live in different tasks (the
+//! receiver writes probe replies through the shared writer).
+
+use crate::codec::Registry;
+use crate::endpoint::{Endpoint, StreamConfig, StreamStats};
+use crate::stream::FrameReader;
+use crate::wire::{FrameDecoder, WireError};
+use std::sync::{Arc, Mutex, MutexGuard};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+
+fn lock(m: &Mutex<Endpoint>) -> MutexGuard<'_, Endpoint> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// A shared handle on a stream's state, e.g. for metrics or reconfiguration.
+#[derive(Clone)]
+pub struct StreamHandle(Arc<Mutex<Endpoint>>);
+
+impl StreamHandle {
+    pub fn stats(&self) -> StreamStats {
+        lock(&self.0).stats()
+    }
+
+    /// Runs `f` on the endpoint (set the policy, the CPU target, …).
+    pub fn with<T>(&self, f: impl FnOnce(&mut Endpoint) -> T) -> T {
+        f(&mut lock(&self.0))
+    }
+}
+
+/// The sending half.
+pub struct AsyncSender<W> {
+    endpoint: Arc<Mutex<Endpoint>>,
+    writer: Arc<tokio::sync::Mutex<W>>,
+    out: Vec<u8>,
+}
+
+/// The receiving half.
+pub struct AsyncReceiver<R, W> {
+    endpoint: Arc<Mutex<Endpoint>>,
+    writer: Arc<tokio::sync::Mutex<W>>,
+    reader: R,
+    frames: FrameReader,
+    replies: Vec<u8>,
+}
+
+/// An async message stream over a reader and a writer (e.g. the halves of a
+/// `TcpStream::into_split`).
+pub struct AsyncMessageStream<R, W> {
+    sender: AsyncSender<W>,
+    receiver: AsyncReceiver<R, W>,
+}
+
+impl<R: AsyncRead + Unpin, W: AsyncWrite + Unpin> AsyncMessageStream<R, W> {
+    /// Runs the handshake.
+    pub async fn handshake(
+        reader: R,
+        writer: W,
+        config: StreamConfig,
+        registry: Arc<Registry>,
+    ) -> Result<Self, WireError> {
+        Self::with_endpoint(reader, writer, Endpoint::new(config, registry)).await
+    }
+
+    /// Runs the handshake with a prepared endpoint.
+    pub async fn with_endpoint(
+        mut reader: R,
+        mut writer: W,
+        mut endpoint: Endpoint,
+    ) -> Result<Self, WireError> {
+        let mut out = Vec::new();
+        endpoint.write_hello(&mut out);
+        writer.write_all(&out).await?;
+        writer.flush().await?;
+        let mut frames = FrameReader::new(FrameDecoder::new(endpoint.limits()));
+        let hello = read_frame(&mut frames, &mut reader)
+            .await?
+            .ok_or(WireError::Closed(" during the handshake"))?;
+        endpoint.accept_hello(hello)?;
+        let endpoint = Arc::new(Mutex::new(endpoint));
+        let writer = Arc::new(tokio::sync::Mutex::new(writer));
+        Ok(AsyncMessageStream {
+            sender: AsyncSender {
+                endpoint: endpoint.clone(),
+                writer: writer.clone(),
+                out: Vec::new(),
+            },
+            receiver: AsyncReceiver {
+                endpoint,
+                writer,
+                reader,
+                frames,
+                replies: Vec::new(),
+            },
+        })
+    }
+
+    pub async fn send_msg(&mut self, msg: &[u8]) -> Result<(), WireError> {
+        self.sender.send_msg(msg).await
+    }
+
+    pub async fn recv_msg(&mut self) -> Result<Option<Vec<u8>>, WireError> {
+        self.receiver.recv_msg().await
+    }
+
+    pub fn handle(&self) -> StreamHandle {
+        self.sender.handle()
+    }
+
+    pub fn stats(&self) -> StreamStats {
+        self.handle().stats()
+    }
+
+    pub fn into_split(self) -> (AsyncSender<W>, AsyncReceiver<R, W>) {
+        (self.sender, self.receiver)
+    }
+}
+
+async fn read_frame<R: AsyncRead + Unpin>(
+    frames: &mut FrameReader,
+    r: &mut R,
+) -> Result<Option<crate::wire::RawFrame>, WireError> {
+    loop {
+        if let Some(f) = frames.step()? {
+            return Ok(Some(f));
+        }
+        frames.pos = 0;
+        frames.len = 0;
+        let n = r.read(&mut frames.buf).await?;
+        if n == 0 {
+            frames.eof()?;
+            return Ok(None);
+        }
+        frames.len = n;
+    }
+}
+
+impl<W: AsyncWrite + Unpin> AsyncSender<W> {
+    pub async fn send_msg(&mut self, msg: &[u8]) -> Result<(), WireError> {
+        self.out.clear();
+        lock(&self.endpoint).encode(msg, &mut self.out)?;
+        let mut w = self.writer.lock().await;
+        w.write_all(&self.out).await?;
+        w.flush().await?;
+        Ok(())
+    }
+
+    /// Flushes and shuts the write side down (the peer sees a clean end).
+    pub async fn shutdown(&mut self) -> Result<(), WireError> {
+        let mut w = self.writer.lock().await;
+        w.flush().await?;
+        w.shutdown().await?;
+        Ok(())
+    }
+
+    pub fn handle(&self) -> StreamHandle {
+        StreamHandle(self.endpoint.clone())
+    }
+}
+
+impl<R: AsyncRead + Unpin, W: AsyncWrite + Unpin> AsyncReceiver<R, W> {
+    /// The next message; `Ok(None)` at a clean end of stream.
+    pub async fn recv_msg(&mut self) -> Result<Option<Vec<u8>>, WireError> {
+        loop {
+            let Some(frame) = read_frame(&mut self.frames, &mut self.reader).await? else {
+                return Ok(None);
+            };
+            self.replies.clear();
+            let msg = lock(&self.endpoint).decode(frame, &mut self.replies)?;
+            if !self.replies.is_empty() {
+                // Probe replies are best effort: after our side shut its
+                // writing down (a half-close) the peer just misses an RTT sample.
+                let mut w = self.writer.lock().await;
+                if w.write_all(&self.replies).await.is_ok() {
+                    let _ = w.flush().await;
+                }
+            }
+            if let Some(m) = msg {
+                return Ok(Some(m));
+            }
+        }
+    }
+
+    pub fn handle(&self) -> StreamHandle {
+        StreamHandle(self.endpoint.clone())
+    }
+}

@@ -1,0 +1,529 @@
+//! Codecs behind one trait, and the registry that names them on the wire.
+//!
+//! Every codec compresses a whole message and decompresses into a buffer of
+//! exactly the length the frame header declares: the output buffer is
+//! allocated once with that length (already checked against the configured
+//! limit by the wire layer) and a codec that would produce more or fewer bytes
+//! fails with [`CodecError`]. Decoder working memory is bounded per codec:
+//! LZ4, Snappy and zstd (single-shot) use none beyond the output; deflate a
+//! 32 KiB window; bzip2 at most its 900 kB block buffers; LZMA is the raw
+//! LZMA2 format with a dictionary the *receiver* fixes at 1 MiB, so a peer
+//! cannot make it allocate more.
+//!
+//! Adding a codec is one [`Registry::register`] call with a new [`CodecId`].
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::io::Write;
+use std::sync::Arc;
+
+/// The wire identifier of a codec (one byte in the frame header).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct CodecId(pub u8);
+
+impl CodecId {
+    pub const NONE: CodecId = CodecId(0);
+    pub const LZ4: CodecId = CodecId(1);
+    pub const SNAPPY: CodecId = CodecId(2);
+    pub const ZSTD1: CodecId = CodecId(3);
+    pub const ZSTD3: CodecId = CodecId(4);
+    pub const ZSTD9: CodecId = CodecId(5);
+    pub const LZMA0: CodecId = CodecId(6);
+    pub const LZMA6: CodecId = CodecId(7);
+    pub const BZIP2_1: CodecId = CodecId(8);
+    pub const BZIP2_9: CodecId = CodecId(9);
+    pub const DEFLATE: CodecId = CodecId(10);
+}
+
+impl fmt::Display for CodecId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "codec {}", self.0)
+    }
+}
+
+/// Why a codec could not compress or decompress a message.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CodecError {
+    #[error("{codec}: corrupted compressed data: {detail}")]
+    Corrupted { codec: &'static str, detail: String },
+    #[error("{codec}: decompressed to {actual} bytes, the header declared {declared}")]
+    LengthMismatch {
+        codec: &'static str,
+        declared: usize,
+        /// Bytes produced; `declared + 1` means "more than declared".
+        actual: usize,
+    },
+    #[error("{codec}: compression failed: {detail}")]
+    Compress { codec: &'static str, detail: String },
+}
+
+/// A message compressor/decompressor.
+pub trait Codec: Send + Sync {
+    /// The codec's wire identifier.
+    fn id(&self) -> CodecId;
+    /// A short stable name (`lz4`, `zstd-3`, …) used in configs and metrics.
+    fn name(&self) -> &'static str;
+    /// Appends the compressed form of `input` to `out`.
+    fn compress(&self, input: &[u8], out: &mut Vec<u8>) -> Result<(), CodecError>;
+    /// Decompresses `input`, which must expand to exactly `expected_len` bytes,
+    /// into `out` (cleared first; its capacity is reserved to `expected_len` and
+    /// never grown beyond it).
+    fn decompress(
+        &self,
+        input: &[u8],
+        expected_len: usize,
+        out: &mut Vec<u8>,
+    ) -> Result<(), CodecError>;
+}
+
+fn corrupted(codec: &'static str, detail: impl fmt::Display) -> CodecError {
+    CodecError::Corrupted {
+        codec,
+        detail: detail.to_string(),
+    }
+}
+
+fn compress_failed(codec: &'static str, detail: impl fmt::Display) -> CodecError {
+    CodecError::Compress {
+        codec,
+        detail: detail.to_string(),
+    }
+}
+
+/// Prepares `out` to receive exactly `expected_len` bytes (plus one to detect overruns
+/// in streaming decoders).
+fn prepare(out: &mut Vec<u8>, capacity: usize) {
+    out.clear();
+    if out.capacity() < capacity {
+        out.reserve_exact(capacity);
+    }
+}
+
+fn check_len(codec: &'static str, expected: usize, actual: usize) -> Result<(), CodecError> {
+    if expected == actual {
+        Ok(())
+    } else {
+        Err(CodecError::LengthMismatch {
+            codec,
+            declared: expected,
+            actual,
+        })
+    }
+}
+
+/// Drives a streaming decoder that fills a vector's spare capacity. `step`
+/// consumes from `input[consumed..]`, appends to `out`, and reports
+/// `(bytes consumed, finished)`. The output capacity is `expected + 1` so a
+/// stream that runs past the declared length is caught without growing.
+fn drive_streaming(
+    codec: &'static str,
+    input: &[u8],
+    expected: usize,
+    out: &mut Vec<u8>,
+    mut step: impl FnMut(&[u8], &mut Vec<u8>) -> Result<(usize, bool), String>,
+) -> Result<(), CodecError> {
+    prepare(out, expected + 1);
+    let mut consumed = 0usize;
+    loop {
+        let before_out = out.len();
+        let room = out.capacity() - out.len();
+        if room == 0 {
+            return Err(CodecError::LengthMismatch {
+                codec,
+                declared: expected,
+                actual: expected + 1,
+            });
+        }
+        let (used, finished) = step(&input[consumed..], out).map_err(|e| corrupted(codec, e))?;
+        consumed += used;
+        if finished {
+            if consumed != input.len() {
+                return Err(corrupted(
+                    codec,
+                    format!(
+                        "{} trailing bytes after the end of the compressed stream",
+                        input.len() - consumed
+                    ),
+                ));
+            }
+            return check_len(codec, expected, out.len());
+        }
+        if used == 0 && out.len() == before_out {
+            if out.len() > expected {
+                return Err(CodecError::LengthMismatch {
+                    codec,
+                    declared: expected,
+                    actual: expected + 1,
+                });
+            }
+            return Err(corrupted(codec, "truncated: the compressed stream ends early"));
+        }
+    }
+}
+
+/// No compression: the payload is the message.
+pub struct NoneCodec;
+
+impl Codec for NoneCodec {
+    fn id(&self) -> CodecId {
+        CodecId::NONE
+    }
+    fn name(&self) -> &'static str {
+        "none"
+    }
+    fn compress(&self, input: &[u8], out: &mut Vec<u8>) -> Result<(), CodecError> {
+        out.extend_from_slice(input);
+        Ok(())
+    }
+    fn decompress(&self, input: &[u8], expected: usize, out: &mut Vec<u8>) -> Result<(), CodecError> {
+        check_len("none", expected, input.len())?;
+        prepare(out, expected);
+        out.extend_from_slice(input);
+        Ok(())
+    }
+}
+
+/// LZ4 block format (`lz4_flex`, safe decoder).
+pub struct Lz4Codec;
+
+impl Codec for Lz4Codec {
+    fn id(&self) -> CodecId {
+        CodecId::LZ4
+    }
+    fn name(&self) -> &'static str {
+        "lz4"
+    }
+    fn compress(&self, input: &[u8], out: &mut Vec<u8>) -> Result<(), CodecError> {
+        let start = out.len();
+        out.resize(start + lz4_flex::block::get_maximum_output_size(input.len()), 0);
+        let n = lz4_flex::block::compress_into(input, &mut out[start..])
+            .map_err(|e| compress_failed("lz4", e))?;
+        out.truncate(start + n);
+        Ok(())
+    }
+    fn decompress(&self, input: &[u8], expected: usize, out: &mut Vec<u8>) -> Result<(), CodecError> {
+        prepare(out, expected);
+        out.resize(expected, 0);
+        let n = lz4_flex::block::decompress_into(input, out).map_err(|e| corrupted("lz4", e))?;
+        out.truncate(n);
+        check_len("lz4", expected, n)
+    }
+}
+
+/// Snappy raw format (`snap`).
+pub struct SnappyCodec;
+
+impl Codec for SnappyCodec {
+    fn id(&self) -> CodecId {
+        CodecId::SNAPPY
+    }
+    fn name(&self) -> &'static str {
+        "snappy"
+    }
+    fn compress(&self, input: &[u8], out: &mut Vec<u8>) -> Result<(), CodecError> {
+        let start = out.len();
+        out.resize(start + snap::raw::max_compress_len(input.len()), 0);
+        let n = snap::raw::Encoder::new()
+            .compress(input, &mut out[start..])
+            .map_err(|e| compress_failed("snappy", e))?;
+        out.truncate(start + n);
+        Ok(())
+    }
+    fn decompress(&self, input: &[u8], expected: usize, out: &mut Vec<u8>) -> Result<(), CodecError> {
+        let declared = snap::raw::decompress_len(input).map_err(|e| corrupted("snappy", e))?;
+        check_len("snappy", expected, declared)?;
+        prepare(out, expected);
+        out.resize(expected, 0);
+        let n = snap::raw::Decoder::new()
+            .decompress(input, out)
+            .map_err(|e| corrupted("snappy", e))?;
+        check_len("snappy", expected, n)
+    }
+}
+
+/// zstd at a fixed level, single-shot frames.
+pub struct ZstdCodec {
+    id: CodecId,
+    name: &'static str,
+    level: i32,
+}
+
+impl ZstdCodec {
+    pub fn new(id: CodecId, name: &'static str, level: i32) -> Self {
+        ZstdCodec { id, name, level }
+    }
+}
+
+impl Codec for ZstdCodec {
+    fn id(&self) -> CodecId {
+        self.id
+    }
+    fn name(&self) -> &'static str {
+        self.name
+    }
+    fn compress(&self, input: &[u8], out: &mut Vec<u8>) -> Result<(), CodecError> {
+        let c = zstd::bulk::compress(input, self.level).map_err(|e| compress_failed(self.name, e))?;
+        out.extend_from_slice(&c);
+        Ok(())
+    }
+    fn decompress(&self, input: &[u8], expected: usize, out: &mut Vec<u8>) -> Result<(), CodecError> {
+        prepare(out, expected);
+        // Writes at most `capacity` bytes; a frame that needs more is an error.
+        let mut d = zstd::bulk::Decompressor::new().map_err(|e| corrupted(self.name, e))?;
+        let n = d
+            .decompress_to_buffer(input, out)
+            .map_err(|e| corrupted(self.name, e))?;
+        check_len(self.name, expected, n)
+    }
+}
+
+/// The dictionary both LZMA codecs use; fixed so the receiver's memory does not
+/// depend on what the sender claims.
+pub const LZMA_DICT_BYTES: u32 = 1 << 20;
+
+/// LZMA2 raw stream (`liblzma`) at a preset, dictionary [`LZMA_DICT_BYTES`].
+pub struct LzmaCodec {
+    id: CodecId,
+    name: &'static str,
+    preset: u32,
+}
+
+impl LzmaCodec {
+    pub fn new(id: CodecId, name: &'static str, preset: u32) -> Self {
+        LzmaCodec { id, name, preset }
+    }
+
+    fn filters(&self) -> Result<liblzma::stream::Filters, liblzma::stream::Error> {
+        let mut opts = liblzma::stream::LzmaOptions::new_preset(self.preset)?;
+        opts.dict_size(LZMA_DICT_BYTES);
+        let mut f = liblzma::stream::Filters::new();
+        f.lzma2(&opts);
+        Ok(f)
+    }
+}
+
+impl Codec for LzmaCodec {
+    fn id(&self) -> CodecId {
+        self.id
+    }
+    fn name(&self) -> &'static str {
+        self.name
+    }
+    fn compress(&self, input: &[u8], out: &mut Vec<u8>) -> Result<(), CodecError> {
+        let filters = self.filters().map_err(|e| compress_failed(self.name, e))?;
+        let stream = liblzma::stream::Stream::new_raw_encoder(&filters)
+            .map_err(|e| compress_failed(self.name, e))?;
+        let mut enc = liblzma::write::XzEncoder::new_stream(std::mem::take(out), stream);
+        enc.write_all(input)
+            .map_err(|e| compress_failed(self.name, e))?;
+        *out = enc.finish().map_err(|e| compress_failed(self.name, e))?;
+        Ok(())
+    }
+    fn decompress(&self, input: &[u8], expected: usize, out: &mut Vec<u8>) -> Result<(), CodecError> {
+        let filters = self.filters().map_err(|e| corrupted(self.name, e))?;
+        let mut stream =
+            liblzma::stream::Stream::new_raw_decoder(&filters).map_err(|e| corrupted(self.name, e))?;
+        drive_streaming(self.name, input, expected, out, |inp, o| {
+            let before = stream.total_in();
+            let status = stream
+                .process_vec(inp, o, liblzma::stream::Action::Finish)
+                .map_err(|e| e.to_string())?;
+            Ok((
+                (stream.total_in() - before) as usize,
+                status == liblzma::stream::Status::StreamEnd,
+            ))
+        })
+    }
+}
+
+/// bzip2 at a block-size level.
+pub struct Bzip2Codec {
+    id: CodecId,
+    name: &'static str,
+    level: u32,
+}
+
+impl Bzip2Codec {
+    pub fn new(id: CodecId, name: &'static str, level: u32) -> Self {
+        Bzip2Codec { id, name, level }
+    }
+}
+
+impl Codec for Bzip2Codec {
+    fn id(&self) -> CodecId {
+        self.id
+    }
+    fn name(&self) -> &'static str {
+        self.name
+    }
+    fn compress(&self, input: &[u8], out: &mut Vec<u8>) -> Result<(), CodecError> {
+        let mut enc = bzip2::write::BzEncoder::new(
+            std::mem::take(out),
+            bzip2::Compression::new(self.level),
+        );
+        enc.write_all(input)
+            .map_err(|e| compress_failed(self.name, e))?;
+        *out = enc.finish().map_err(|e| compress_failed(self.name, e))?;
+        Ok(())
+    }
+    fn decompress(&self, input: &[u8], expected: usize, out: &mut Vec<u8>) -> Result<(), CodecError> {
+        let mut d = bzip2::Decompress::new(false);
+        drive_streaming(self.name, input, expected, out, |inp, o| {
+            let before = d.total_in();
+            let status = d.decompress_vec(inp, o).map_err(|e| e.to_string())?;
+            Ok((
+                (d.total_in() - before) as usize,
+                status == bzip2::Status::StreamEnd,
+            ))
+        })
+    }
+}
+
+/// Raw deflate (`flate2`) at level 6.
+pub struct DeflateCodec;
+
+impl Codec for DeflateCodec {
+    fn id(&self) -> CodecId {
+        CodecId::DEFLATE
+    }
+    fn name(&self) -> &'static str {
+        "deflate"
+    }
+    fn compress(&self, input: &[u8], out: &mut Vec<u8>) -> Result<(), CodecError> {
+        let mut enc =
+            flate2::write::DeflateEncoder::new(std::mem::take(out), flate2::Compression::new(6));
+        enc.write_all(input)
+            .map_err(|e| compress_failed("deflate", e))?;
+        *out = enc.finish().map_err(|e| compress_failed("deflate", e))?;
+        Ok(())
+    }
+    fn decompress(&self, input: &[u8], expected: usize, out: &mut Vec<u8>) -> Result<(), CodecError> {
+        let mut d = flate2::Decompress::new(false);
+        drive_streaming("deflate", input, expected, out, |inp, o| {
+            let before = d.total_in();
+            let status = d
+                .decompress_vec(inp, o, flate2::FlushDecompress::Finish)
+                .map_err(|e| e.to_string())?;
+            Ok((
+                (d.total_in() - before) as usize,
+                status == flate2::Status::StreamEnd,
+            ))
+        })
+    }
+}
+
+/// Why a codec could not be registered or found.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RegistryError {
+    #[error("codec id {0} is already registered")]
+    DuplicateId(u8),
+    #[error("codec name `{0}` is already registered")]
+    DuplicateName(String),
+    #[error("unknown codec name `{name}` (known: {known})")]
+    UnknownName { name: String, known: String },
+}
+
+/// The codecs a process can use, by wire id and by name.
+#[derive(Clone, Default)]
+pub struct Registry {
+    by_id: BTreeMap<u8, Arc<dyn Codec>>,
+}
+
+impl fmt::Debug for Registry {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_list()
+            .entries(self.by_id.values().map(|c| c.name()))
+            .finish()
+    }
+}
+
+impl Registry {
+    /// An empty registry (add at least [`NoneCodec`]).
+    pub fn empty() -> Self {
+        Registry::default()
+    }
+
+    /// Every built-in codec: none, lz4, snappy, zstd-1/3/9, lzma-0/6, bzip2-1/9, deflate.
+    pub fn standard() -> Self {
+        let mut r = Registry::empty();
+        let all: Vec<Arc<dyn Codec>> = vec![
+            Arc::new(NoneCodec),
+            Arc::new(Lz4Codec),
+            Arc::new(SnappyCodec),
+            Arc::new(ZstdCodec::new(CodecId::ZSTD1, "zstd-1", 1)),
+            Arc::new(ZstdCodec::new(CodecId::ZSTD3, "zstd-3", 3)),
+            Arc::new(ZstdCodec::new(CodecId::ZSTD9, "zstd-9", 9)),
+            Arc::new(LzmaCodec::new(CodecId::LZMA0, "lzma-0", 0)),
+            Arc::new(LzmaCodec::new(CodecId::LZMA6, "lzma-6", 6)),
+            Arc::new(Bzip2Codec::new(CodecId::BZIP2_1, "bzip2-1", 1)),
+            Arc::new(Bzip2Codec::new(CodecId::BZIP2_9, "bzip2-9", 9)),
+            Arc::new(DeflateCodec),
+        ];
+        for c in all {
+            r.register(c).expect("built-in codecs have distinct ids and names");
+        }
+        r
+    }
+
+    /// Adds a codec.
+    pub fn register(&mut self, codec: Arc<dyn Codec>) -> Result<(), RegistryError> {
+        if self.by_id.contains_key(&codec.id().0) {
+            return Err(RegistryError::DuplicateId(codec.id().0));
+        }
+        if self.by_name(codec.name()).is_some() {
+            return Err(RegistryError::DuplicateName(codec.name().to_string()));
+        }
+        self.by_id.insert(codec.id().0, codec);
+        Ok(())
+    }
+
+    /// A registry with only the named codecs of this one (`none` is always kept).
+    pub fn subset(&self, names: &[impl AsRef<str>]) -> Result<Registry, RegistryError> {
+        let mut r = Registry::empty();
+        if let Some(none) = self.get(CodecId::NONE) {
+            r.register(none.clone())?;
+        }
+        for n in names {
+            let c = self
+                .by_name(n.as_ref())
+                .ok_or_else(|| RegistryError::UnknownName {
+                    name: n.as_ref().to_string(),
+                    known: self.names().join(", "),
+                })?;
+            if r.get(c.id()).is_none() {
+                r.register(c.clone())?;
+            }
+        }
+        Ok(r)
+    }
+
+    pub fn get(&self, id: CodecId) -> Option<&Arc<dyn Codec>> {
+        self.by_id.get(&id.0)
+    }
+
+    pub fn by_name(&self, name: &str) -> Option<&Arc<dyn Codec>> {
+        self.by_id.values().find(|c| c.name() == name)
+    }
+
+    /// Wire ids in ascending order.
+    pub fn ids(&self) -> Vec<CodecId> {
+        self.by_id.keys().map(|&k| CodecId(k)).collect()
+    }
+
+    pub fn names(&self) -> Vec<&'static str> {
+        self.by_id.values().map(|c| c.name()).collect()
+    }
+
+    /// The name of a codec id, or `"unknown"`.
+    pub fn name_of(&self, id: CodecId) -> &'static str {
+        self.get(id).map(|c| c.name()).unwrap_or("unknown")
+    }
+
+    pub fn len(&self) -> usize {
+        self.by_id.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.by_id.is_empty()
+    }
+}

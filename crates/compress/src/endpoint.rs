@@ -1,0 +1,613 @@
+//! The per-stream engine without I/O: the send procedure (round boundaries,
+//! policy, budget, probes, off-path sampling) and the receive procedure
+//! (decoding, decompression statistics, probe replies) of thesis 7.2.4.
+//!
+//! The blocking and async streams ([`crate::stream`], [`crate::async_stream`])
+//! only move bytes between a socket and an [`Endpoint`]; anything else that
+//! frames bytes (a simulated network, a fuzzer) can drive it the same way.
+
+use crate::codec::{Codec, CodecId, Registry};
+use crate::learn::Learner;
+use crate::policy::{AdaptiveTuning, PolicyKind, Selector};
+use crate::throttle::{CpuLoad, ProcStatLoad, Throttle, ThrottleConfig};
+use crate::wire::{
+    write_control, DecompressReport, FrameKind, Header, Hello, Limits, Probe, ProbeReply,
+    RawFrame, WireError, DEFAULT_MAX_MESSAGE, FLAG_CHECKSUM,
+};
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::mpsc;
+use std::sync::{Arc, OnceLock};
+use std::time::Instant;
+
+/// Where the adaptive policy compresses its samples.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Sampling {
+    /// On a background thread shared by all streams of the process (default).
+    Background,
+    /// In the send call, after the message is framed (deterministic; tests).
+    Inline,
+    /// No sampling: the adaptive policy learns only from what it sends.
+    Off,
+}
+
+/// Everything that configures one stream.
+#[derive(Clone, Debug)]
+pub struct StreamConfig {
+    pub policy: PolicyKind,
+    /// Largest message accepted and sent (uncompressed bytes).
+    pub max_message: u32,
+    /// Append a CRC-32 of each message to its header.
+    pub checksum: bool,
+    /// Messages per round (definition 21).
+    pub round_messages: u32,
+    /// A probe every this many messages (0: no probes).
+    pub probe_every: u32,
+    /// Padding of every other probe, to measure the per-byte link cost.
+    pub probe_pad: u32,
+    /// EWMA weight of a new round's observations.
+    pub alpha: f64,
+    /// A known one-way link cost (ns per byte) instead of the measured one.
+    pub link_ns_per_byte: Option<f64>,
+    /// The CPU throttle; `None` gives compression an unlimited budget.
+    pub throttle: Option<ThrottleConfig>,
+    pub sampling: Sampling,
+    pub adaptive: AdaptiveTuning,
+    /// Seed of the per-message draw of `majority`.
+    pub seed: u64,
+}
+
+impl Default for StreamConfig {
+    fn default() -> Self {
+        StreamConfig {
+            policy: PolicyKind::Adaptive,
+            max_message: DEFAULT_MAX_MESSAGE,
+            checksum: false,
+            round_messages: 100,
+            probe_every: 16,
+            probe_pad: 1024,
+            alpha: 0.3,
+            link_ns_per_byte: None,
+            throttle: Some(ThrottleConfig::default()),
+            sampling: Sampling::Background,
+            adaptive: AdaptiveTuning::default(),
+            seed: 0x9e37_79b9_7f4a_7c15,
+        }
+    }
+}
+
+/// Counters and estimates of one stream, for metrics.
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize)]
+pub struct StreamStats {
+    pub messages_sent: u64,
+    pub messages_received: u64,
+    /// Application bytes handed to `send_msg`.
+    pub app_bytes_sent: u64,
+    /// Bytes written to the connection (headers, probes and hello included).
+    pub wire_bytes_sent: u64,
+    pub app_bytes_received: u64,
+    pub wire_bytes_received: u64,
+    /// Messages sent per codec name.
+    pub sent_per_codec: BTreeMap<String, u64>,
+    /// Messages sent uncompressed because the round's budget was spent.
+    pub throttled_messages: u64,
+    pub samples: u64,
+    pub rtt_ns: Option<f64>,
+    pub link_ns_per_byte: Option<f64>,
+    /// This round's compression budget (`None`: unlimited) and what is spent.
+    pub budget_ns: Option<u64>,
+    pub spent_ns: u64,
+    pub cpu_share: Option<f64>,
+    pub cpu_utilization: Option<f64>,
+    pub chosen: String,
+    pub round: u64,
+}
+
+struct SampleJob {
+    codec: Arc<dyn Codec>,
+    data: Arc<[u8]>,
+    reply: mpsc::Sender<SampleResult>,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct SampleResult {
+    codec: CodecId,
+    bytes_in: usize,
+    bytes_out: usize,
+    compress_ns: u64,
+    decompress_ns: u64,
+}
+
+fn run_sample(codec: &dyn Codec, data: &[u8]) -> Option<SampleResult> {
+    let mut c = Vec::with_capacity(data.len() / 2 + 64);
+    let t0 = Instant::now();
+    codec.compress(data, &mut c).ok()?;
+    let compress_ns = t0.elapsed().as_nanos() as u64;
+    let mut d = Vec::new();
+    let t1 = Instant::now();
+    codec.decompress(&c, data.len(), &mut d).ok()?;
+    let decompress_ns = t1.elapsed().as_nanos() as u64;
+    Some(SampleResult {
+        codec: codec.id(),
+        bytes_in: data.len(),
+        bytes_out: c.len(),
+        compress_ns,
+        decompress_ns,
+    })
+}
+
+/// The process-wide sampler thread; jobs beyond its queue are dropped.
+fn sampler() -> &'static mpsc::SyncSender<SampleJob> {
+    static SAMPLER: OnceLock<mpsc::SyncSender<SampleJob>> = OnceLock::new();
+    SAMPLER.get_or_init(|| {
+        let (tx, rx) = mpsc::sync_channel::<SampleJob>(64);
+        std::thread::Builder::new()
+            .name("hwqos-sampler".into())
+            .spawn(move || {
+                while let Ok(job) = rx.recv() {
+                    if let Some(r) = run_sample(job.codec.as_ref(), &job.data) {
+                        let _ = job.reply.send(r);
+                    }
+                }
+            })
+            .expect("spawn the sampler thread");
+        tx
+    })
+}
+
+const MAX_PENDING_PROBES: usize = 64;
+
+/// One end of a message stream: sends with its policy, receives anything.
+pub struct Endpoint {
+    registry: Arc<Registry>,
+    config: StreamConfig,
+    limits: Limits,
+    peer: Option<Hello>,
+    send_codecs: Vec<CodecId>,
+    checksum_out: bool,
+    learner: Learner,
+    selector: Selector,
+    throttle: Option<Throttle>,
+    round_index: u64,
+    sent_in_round: u32,
+    round_started: Instant,
+    budget_ns: Option<u64>,
+    spent_ns: u64,
+    probe_seq: u32,
+    pending_probes: VecDeque<(u32, u64)>,
+    recv_reports: BTreeMap<CodecId, DecompressReport>,
+    sample_tx: mpsc::Sender<SampleResult>,
+    sample_rx: mpsc::Receiver<SampleResult>,
+    stats: StreamStats,
+    sent_counts: BTreeMap<CodecId, u64>,
+    scratch: Vec<u8>,
+    epoch: Instant,
+    last_codec: CodecId,
+}
+
+impl Endpoint {
+    /// A stream end with `config`; its throttle (if any) reads `/proc/stat`.
+    pub fn new(config: StreamConfig, registry: Arc<Registry>) -> Self {
+        let load: Option<Box<dyn CpuLoad>> = config
+            .throttle
+            .map(|_| Box::new(ProcStatLoad::system()) as Box<dyn CpuLoad>);
+        Endpoint::with_cpu_load(config, registry, load)
+    }
+
+    /// Like [`Endpoint::new`] with another CPU-load source (simulations, tests).
+    pub fn with_cpu_load(
+        config: StreamConfig,
+        registry: Arc<Registry>,
+        load: Option<Box<dyn CpuLoad>>,
+    ) -> Self {
+        let throttle = match (config.throttle, load) {
+            (Some(t), Some(l)) => Some(Throttle::new(t, l)),
+            (Some(t), None) => Some(Throttle::new(t, Box::new(ProcStatLoad::system()))),
+            _ => None,
+        };
+        let (sample_tx, sample_rx) = mpsc::channel();
+        let selector = Selector::new(
+            config.policy.clone(),
+            vec![CodecId::NONE],
+            &registry,
+            config.seed,
+        )
+        .with_tuning(config.adaptive);
+        Endpoint {
+            limits: Limits {
+                max_message: config.max_message,
+            },
+            learner: Learner::new(config.alpha, config.link_ns_per_byte),
+            budget_ns: throttle.as_ref().map(|_| 0),
+            throttle,
+            selector,
+            registry,
+            peer: None,
+            send_codecs: vec![CodecId::NONE],
+            checksum_out: config.checksum,
+            round_index: 0,
+            sent_in_round: 0,
+            round_started: Instant::now(),
+            spent_ns: 0,
+            probe_seq: 0,
+            pending_probes: VecDeque::new(),
+            recv_reports: BTreeMap::new(),
+            sample_tx,
+            sample_rx,
+            stats: StreamStats::default(),
+            sent_counts: BTreeMap::new(),
+            scratch: Vec::new(),
+            epoch: Instant::now(),
+            last_codec: CodecId::NONE,
+            config,
+        }
+    }
+
+    pub fn limits(&self) -> Limits {
+        self.limits
+    }
+
+    pub fn registry(&self) -> &Registry {
+        &self.registry
+    }
+
+    /// This end's handshake.
+    pub fn hello(&self) -> Hello {
+        Hello {
+            max_message: self.config.max_message,
+            decoders: self.registry.ids(),
+            want_checksum: self.config.checksum,
+        }
+    }
+
+    /// Appends this end's hello frame.
+    pub fn write_hello(&mut self, out: &mut Vec<u8>) {
+        let before = out.len();
+        write_control(FrameKind::Hello, &self.hello().encode(), out);
+        self.stats.wire_bytes_sent += (out.len() - before) as u64;
+    }
+
+    /// Takes the peer's hello frame: from now on only codecs both ends have
+    /// are sent.
+    pub fn accept_hello(&mut self, frame: RawFrame) -> Result<(), WireError> {
+        if frame.header.kind != FrameKind::Hello {
+            return Err(WireError::Handshake(format!(
+                "expected the peer's hello, got a {:?} frame",
+                frame.header.kind
+            )));
+        }
+        if self.peer.is_some() {
+            return Err(WireError::Handshake("a second hello".into()));
+        }
+        self.stats.wire_bytes_received += (frame.payload.len() + crate::wire::HEADER_LEN) as u64;
+        let hello = Hello::decode(&frame.payload)?;
+        self.send_codecs = self
+            .registry
+            .ids()
+            .into_iter()
+            .filter(|c| hello.decoders.contains(c))
+            .collect();
+        self.checksum_out = self.config.checksum || hello.want_checksum;
+        self.selector = Selector::new(
+            self.config.policy.clone(),
+            self.send_codecs.clone(),
+            &self.registry,
+            self.config.seed,
+        )
+        .with_tuning(self.config.adaptive);
+        self.peer = Some(hello);
+        Ok(())
+    }
+
+    /// The codecs this end may send with (after the handshake).
+    pub fn send_codecs(&self) -> &[CodecId] {
+        &self.send_codecs
+    }
+
+    /// The largest message that may be sent: the smaller of both ends' limits.
+    pub fn max_send(&self) -> u32 {
+        self.peer
+            .as_ref()
+            .map_or(self.config.max_message, |p| p.max_message.min(self.config.max_message))
+    }
+
+    fn now_ns(&self) -> u64 {
+        self.epoch.elapsed().as_nanos() as u64
+    }
+
+    /// Changes the policy at the next round boundary's state (keeps learning).
+    pub fn set_policy(&mut self, policy: PolicyKind) {
+        self.config.policy = policy.clone();
+        let mut s = Selector::new(policy, self.send_codecs.clone(), &self.registry, self.config.seed)
+            .with_tuning(self.config.adaptive);
+        s.start_round(&self.learner, false);
+        self.selector = s;
+    }
+
+    /// Replaces the throttle (`None`: unlimited budget); a new throttle
+    /// starts from a zero budget and reads `/proc/stat`.
+    pub fn set_throttle(&mut self, throttle: Option<ThrottleConfig>) {
+        self.config.throttle = throttle;
+        self.throttle = throttle.map(|t| Throttle::new(t, Box::new(ProcStatLoad::system())));
+        self.budget_ns = self.throttle.as_ref().map(|_| 0);
+    }
+
+    /// Changes the round length (from the next round).
+    pub fn set_round_messages(&mut self, n: u32) {
+        self.config.round_messages = n.max(1);
+    }
+
+    /// Changes the throttle's CPU target.
+    pub fn set_cpu_target(&mut self, target: f64) {
+        if let Some(t) = &mut self.throttle {
+            t.set_target(target);
+        }
+        if let Some(t) = &mut self.config.throttle {
+            t.target = target;
+        }
+    }
+
+    pub fn learner(&self) -> &Learner {
+        &self.learner
+    }
+
+    pub fn selector(&self) -> &Selector {
+        &self.selector
+    }
+
+    /// The codec of the last message sent.
+    pub fn last_codec(&self) -> CodecId {
+        self.last_codec
+    }
+
+    fn drain_samples(&mut self) {
+        while let Ok(r) = self.sample_rx.try_recv() {
+            self.absorb_sample(r);
+        }
+    }
+
+    fn absorb_sample(&mut self, r: SampleResult) {
+        self.learner
+            .observe_compression(r.codec, r.bytes_in, r.bytes_out, r.compress_ns);
+        self.learner
+            .observe_local_decompression(r.codec, r.bytes_in, r.decompress_ns);
+        self.spent_ns += r.compress_ns + r.decompress_ns;
+        self.stats.samples += 1;
+    }
+
+    fn end_round(&mut self) {
+        self.drain_samples();
+        let now = Instant::now();
+        let wall = now.duration_since(self.round_started).as_nanos() as u64;
+        let adaptive = self.config.policy == PolicyKind::Adaptive;
+        let threshold = self.config.adaptive.change_threshold;
+        let summary = self.learner.end_round(adaptive.then_some(threshold));
+        let changed = adaptive && summary.max_ratio_change > threshold;
+        self.selector.start_round(&self.learner, changed);
+        self.budget_ns = self.throttle.as_mut().map(|t| t.round_budget_ns(wall));
+        self.round_index += 1;
+        self.sent_in_round = 0;
+        self.spent_ns = 0;
+        self.round_started = now;
+    }
+
+    fn budget_left(&self) -> bool {
+        self.budget_ns.is_none_or(|b| self.spent_ns < b)
+    }
+
+    /// Frames `msg` (and, when due, a probe before it) into `out`; returns
+    /// the codec used. The caller writes `out` to the connection.
+    pub fn encode(&mut self, msg: &[u8], out: &mut Vec<u8>) -> Result<CodecId, WireError> {
+        let limit = self.max_send();
+        if msg.len() > limit as usize {
+            return Err(WireError::MessageTooLarge {
+                len: msg.len(),
+                limit,
+            });
+        }
+        self.drain_samples();
+        if self.sent_in_round >= self.config.round_messages.max(1) {
+            self.end_round();
+        }
+        let start_len = out.len();
+        if self.peer.is_some()
+            && self.config.probe_every > 0
+            && self.stats.messages_sent % u64::from(self.config.probe_every) == 0
+        {
+            let pad = if self.probe_seq % 2 == 1 {
+                self.config.probe_pad
+            } else {
+                0
+            };
+            let sent_ns = self.now_ns();
+            let p = Probe {
+                seq: self.probe_seq,
+                sent_ns,
+                pad,
+            };
+            write_control(FrameKind::Probe, &p.encode(), out);
+            if self.pending_probes.len() >= MAX_PENDING_PROBES {
+                self.pending_probes.pop_front();
+            }
+            self.pending_probes.push_back((self.probe_seq, u64::from(pad)));
+            self.probe_seq = self.probe_seq.wrapping_add(1);
+        }
+        self.learner.observe_message_size(msg.len());
+        let mut codec_id = self.selector.pick();
+        if codec_id != CodecId::NONE && !self.budget_left() {
+            codec_id = CodecId::NONE;
+            self.stats.throttled_messages += 1;
+        }
+        let mut payload_is_scratch = false;
+        if codec_id != CodecId::NONE {
+            let codec = self
+                .registry
+                .get(codec_id)
+                .expect("negotiated codecs are registered")
+                .clone();
+            self.scratch.clear();
+            let t0 = Instant::now();
+            let ok = codec.compress(msg, &mut self.scratch).is_ok();
+            let ns = t0.elapsed().as_nanos() as u64;
+            self.spent_ns += ns;
+            if ok {
+                self.learner
+                    .observe_compression(codec_id, msg.len(), self.scratch.len(), ns);
+            }
+            if ok && self.scratch.len() < msg.len() {
+                payload_is_scratch = true;
+            } else {
+                codec_id = CodecId::NONE;
+            }
+        }
+        let payload: &[u8] = if payload_is_scratch { &self.scratch } else { msg };
+        let checksum = self.checksum_out.then(|| crc32fast::hash(msg));
+        Header {
+            kind: FrameKind::Data,
+            codec: codec_id,
+            flags: if checksum.is_some() { FLAG_CHECKSUM } else { 0 },
+            uncompressed_len: msg.len() as u32,
+            payload_len: payload.len() as u32,
+        }
+        .write(out);
+        if let Some(c) = checksum {
+            out.extend_from_slice(&c.to_le_bytes());
+        }
+        out.extend_from_slice(payload);
+
+        if let Some(candidate) = self.selector.explore() {
+            if self.budget_left() {
+                if let Some(codec) = self.registry.get(candidate).cloned() {
+                    match self.config.sampling {
+                        Sampling::Background => {
+                            let job = SampleJob {
+                                codec,
+                                data: Arc::from(msg),
+                                reply: self.sample_tx.clone(),
+                            };
+                            let _ = sampler().try_send(job);
+                        }
+                        Sampling::Inline => {
+                            if let Some(r) = run_sample(codec.as_ref(), msg) {
+                                self.absorb_sample(r);
+                            }
+                        }
+                        Sampling::Off => {}
+                    }
+                }
+            }
+        }
+
+        self.sent_in_round += 1;
+        self.last_codec = codec_id;
+        self.stats.messages_sent += 1;
+        self.stats.app_bytes_sent += msg.len() as u64;
+        self.stats.wire_bytes_sent += (out.len() - start_len) as u64;
+        *self.sent_counts.entry(codec_id).or_default() += 1;
+        Ok(codec_id)
+    }
+
+    /// Handles one frame from the peer. Returns the application message of a
+    /// data frame; control frames return `None` and may append a reply frame
+    /// to `replies` (which the caller must write to the connection).
+    pub fn decode(
+        &mut self,
+        frame: RawFrame,
+        replies: &mut Vec<u8>,
+    ) -> Result<Option<Vec<u8>>, WireError> {
+        let h = frame.header;
+        self.stats.wire_bytes_received +=
+            (crate::wire::HEADER_LEN + h.extra_len() + frame.payload.len()) as u64;
+        match h.kind {
+            FrameKind::Hello => Err(WireError::Handshake(
+                "a hello after the handshake".into(),
+            )),
+            FrameKind::Data => {
+                let codec = self
+                    .registry
+                    .get(h.codec)
+                    .ok_or(WireError::UnknownCodec(h.codec.0))?
+                    .clone();
+                let mut out = Vec::new();
+                let t0 = Instant::now();
+                codec.decompress(&frame.payload, h.uncompressed_len as usize, &mut out)?;
+                let ns = t0.elapsed().as_nanos() as u64;
+                if let Some(expected) = frame.checksum {
+                    let actual = crc32fast::hash(&out);
+                    if actual != expected {
+                        return Err(WireError::ChecksumMismatch { expected, actual });
+                    }
+                }
+                if h.codec != CodecId::NONE {
+                    let r = self.recv_reports.entry(h.codec).or_insert(DecompressReport {
+                        codec: h.codec,
+                        ..Default::default()
+                    });
+                    r.messages = r.messages.saturating_add(1);
+                    r.bytes += out.len() as u64;
+                    r.nanos += ns;
+                    self.spent_ns += ns;
+                }
+                self.stats.messages_received += 1;
+                self.stats.app_bytes_received += out.len() as u64;
+                Ok(Some(out))
+            }
+            FrameKind::Probe => {
+                let p = Probe::decode(&frame.payload)?;
+                let reply = ProbeReply {
+                    seq: p.seq,
+                    echoed_sent_ns: p.sent_ns,
+                    probe_len: frame.payload.len() as u32,
+                    reports: std::mem::take(&mut self.recv_reports)
+                        .into_values()
+                        .take(255)
+                        .collect(),
+                };
+                let before = replies.len();
+                write_control(FrameKind::ProbeReply, &reply.encode(), replies);
+                self.stats.wire_bytes_sent += (replies.len() - before) as u64;
+                Ok(None)
+            }
+            FrameKind::ProbeReply => {
+                let r = ProbeReply::decode(&frame.payload)?;
+                let now = self.now_ns();
+                if let Some(pos) = self.pending_probes.iter().position(|(s, _)| *s == r.seq) {
+                    let (_, pad) = self.pending_probes.remove(pos).expect("position is valid");
+                    let rtt = now.saturating_sub(r.echoed_sent_ns);
+                    if pad == 0 {
+                        self.learner.observe_rtt(rtt);
+                    } else {
+                        self.learner.observe_padded_rtt(rtt, pad as u32);
+                    }
+                    // Older probes were lost to nothing but reordering: forget them.
+                    self.pending_probes.retain(|(s, _)| s.wrapping_sub(r.seq) < u32::MAX / 2);
+                }
+                for rep in r.reports {
+                    if self.send_codecs.contains(&rep.codec) {
+                        self.learner
+                            .observe_remote_decompression(rep.codec, rep.bytes, rep.nanos);
+                    }
+                }
+                Ok(None)
+            }
+        }
+    }
+
+    /// A snapshot of the counters and estimates.
+    pub fn stats(&self) -> StreamStats {
+        let mut s = self.stats.clone();
+        s.sent_per_codec = self
+            .sent_counts
+            .iter()
+            .map(|(c, n)| (self.registry.name_of(*c).to_string(), *n))
+            .collect();
+        s.rtt_ns = self.learner.net.rtt_ns.get();
+        s.link_ns_per_byte = self.learner.net.link_ns_per_byte();
+        s.budget_ns = self.budget_ns;
+        s.spent_ns = self.spent_ns;
+        s.cpu_share = self.throttle.as_ref().map(|t| t.share());
+        s.cpu_utilization = self.throttle.as_ref().and_then(|t| t.last_utilization());
+        s.chosen = self.registry.name_of(self.selector.chosen()).to_string();
+        s.round = self.round_index;
+        s
+    }
+}

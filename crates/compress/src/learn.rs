@@ -1,0 +1,273 @@
+//! Per-stream learning (thesis 7.2.2–7.2.3, 7.3.2): moving averages of each
+//! codec's compression cost, decompression cost and ratio, of the network's
+//! round-trip time and per-byte link cost, and the predicted transmission
+//! time of eq. 7.6, t = t_c + t_s + RTT/2 + t_d.
+//!
+//! Observations are gathered per round and folded in at the round boundary
+//! with an exponentially weighted moving average whose weight is 1/n for the
+//! first rounds (a cumulative average until the EWMA weight takes over), so
+//! early rounds are not biased towards an arbitrary initial value.
+
+use crate::codec::CodecId;
+use crate::wire::HEADER_LEN;
+use std::collections::BTreeMap;
+
+/// An exponentially weighted moving average that starts as a cumulative average.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Ewma {
+    alpha: f64,
+    value: f64,
+    count: u64,
+}
+
+impl Ewma {
+    pub fn new(alpha: f64) -> Self {
+        Ewma {
+            alpha: alpha.clamp(1e-6, 1.0),
+            value: 0.0,
+            count: 0,
+        }
+    }
+
+    pub fn update(&mut self, x: f64) {
+        if !x.is_finite() {
+            return;
+        }
+        self.count += 1;
+        let w = (1.0 / self.count as f64).max(self.alpha);
+        self.value += w * (x - self.value);
+    }
+
+    /// Forgets history: the next update sets the value.
+    pub fn reset(&mut self) {
+        self.count = 0;
+    }
+
+    pub fn get(&self) -> Option<f64> {
+        (self.count > 0).then_some(self.value)
+    }
+
+    pub fn count(&self) -> u64 {
+        self.count
+    }
+}
+
+/// Sums over one round for one codec.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct RoundObs {
+    /// Uncompressed bytes compressed (sent or sampled).
+    pub bytes_in: u64,
+    /// Their compressed size.
+    pub bytes_out: u64,
+    pub compress_ns: u64,
+    pub compressions: u32,
+    /// Bytes decompressed locally (sampling) and the time it took.
+    pub local_decompress_bytes: u64,
+    pub local_decompress_ns: u64,
+    /// Bytes the receiver decompressed (from probe replies) and the time.
+    pub remote_decompress_bytes: u64,
+    pub remote_decompress_ns: u64,
+}
+
+/// What is known about one codec on this stream.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct CodecEstimate {
+    /// Compressed size over uncompressed size (1/H of definition 19).
+    pub ratio: Ewma,
+    pub compress_ns_per_byte: Ewma,
+    pub local_decompress_ns_per_byte: Ewma,
+    pub remote_decompress_ns_per_byte: Ewma,
+}
+
+impl CodecEstimate {
+    fn new(alpha: f64) -> Self {
+        CodecEstimate {
+            ratio: Ewma::new(alpha),
+            compress_ns_per_byte: Ewma::new(alpha),
+            local_decompress_ns_per_byte: Ewma::new(alpha),
+            remote_decompress_ns_per_byte: Ewma::new(alpha),
+        }
+    }
+
+    /// Decompression cost per output byte: the receiver's own figure when it
+    /// reported one, else the local measurement on sampled messages.
+    pub fn decompress_ns_per_byte(&self) -> Option<f64> {
+        self.remote_decompress_ns_per_byte
+            .get()
+            .or(self.local_decompress_ns_per_byte.get())
+    }
+}
+
+/// What is known about the link.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct NetworkEstimate {
+    /// Round-trip time of small probes.
+    pub rtt_ns: Ewma,
+    /// One-way cost of one more byte (from padded probes).
+    pub link_ns_per_byte: Ewma,
+    /// A configured link cost that overrides the measured one.
+    pub fixed_link_ns_per_byte: Option<f64>,
+}
+
+impl NetworkEstimate {
+    pub fn link_ns_per_byte(&self) -> Option<f64> {
+        self.fixed_link_ns_per_byte.or(self.link_ns_per_byte.get())
+    }
+}
+
+/// Per-stream estimates and predictions.
+#[derive(Clone, Debug)]
+pub struct Learner {
+    alpha: f64,
+    pub codecs: BTreeMap<CodecId, CodecEstimate>,
+    pub net: NetworkEstimate,
+    /// Typical message size (bytes).
+    pub message_size: Ewma,
+    round: BTreeMap<CodecId, RoundObs>,
+}
+
+/// What [`Learner::end_round`] saw.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct RoundSummary {
+    /// The largest relative change of a codec's ratio against its average
+    /// before this round (0 when no codec was observed in both).
+    pub max_ratio_change: f64,
+}
+
+impl Learner {
+    pub fn new(alpha: f64, fixed_link_ns_per_byte: Option<f64>) -> Self {
+        Learner {
+            alpha,
+            codecs: BTreeMap::new(),
+            net: NetworkEstimate {
+                rtt_ns: Ewma::new(alpha),
+                link_ns_per_byte: Ewma::new(alpha),
+                fixed_link_ns_per_byte,
+            },
+            message_size: Ewma::new(0.05),
+            round: BTreeMap::new(),
+        }
+    }
+
+    /// Records one compression (sent or sampled).
+    pub fn observe_compression(&mut self, codec: CodecId, bytes_in: usize, bytes_out: usize, ns: u64) {
+        let o = self.round.entry(codec).or_default();
+        o.bytes_in += bytes_in as u64;
+        o.bytes_out += bytes_out as u64;
+        o.compress_ns += ns;
+        o.compressions += 1;
+    }
+
+    /// Records a local decompression of a sampled message.
+    pub fn observe_local_decompression(&mut self, codec: CodecId, bytes: usize, ns: u64) {
+        let o = self.round.entry(codec).or_default();
+        o.local_decompress_bytes += bytes as u64;
+        o.local_decompress_ns += ns;
+    }
+
+    /// Records decompression work the receiver reported.
+    pub fn observe_remote_decompression(&mut self, codec: CodecId, bytes: u64, ns: u64) {
+        let o = self.round.entry(codec).or_default();
+        o.remote_decompress_bytes += bytes;
+        o.remote_decompress_ns += ns;
+    }
+
+    pub fn observe_rtt(&mut self, rtt_ns: u64) {
+        self.net.rtt_ns.update(rtt_ns as f64);
+    }
+
+    /// A padded probe of `pad` extra bytes took `rtt_ns`.
+    pub fn observe_padded_rtt(&mut self, rtt_ns: u64, pad: u32) {
+        if pad == 0 {
+            return;
+        }
+        if let Some(base) = self.net.rtt_ns.get() {
+            let extra = (rtt_ns as f64 - base).max(0.0);
+            self.net.link_ns_per_byte.update(extra / f64::from(pad));
+        }
+    }
+
+    pub fn observe_message_size(&mut self, len: usize) {
+        self.message_size.update(len as f64);
+    }
+
+    /// Folds the round's observations into the averages. With
+    /// `reset_threshold`, a codec whose ratio moved by more than that fraction
+    /// restarts its averages from this round (content changed).
+    pub fn end_round(&mut self, reset_threshold: Option<f64>) -> RoundSummary {
+        let mut summary = RoundSummary::default();
+        let round = std::mem::take(&mut self.round);
+        let mut changed = false;
+        for (codec, o) in &round {
+            if o.bytes_in == 0 {
+                continue;
+            }
+            let e = self
+                .codecs
+                .entry(*codec)
+                .or_insert_with(|| CodecEstimate::new(self.alpha));
+            let ratio = o.bytes_out as f64 / o.bytes_in as f64;
+            if let Some(old) = e.ratio.get() {
+                let change = (ratio - old).abs() / old.max(1e-9);
+                summary.max_ratio_change = summary.max_ratio_change.max(change);
+                if reset_threshold.is_some_and(|t| change > t) {
+                    changed = true;
+                }
+            }
+        }
+        if changed {
+            // Content changed: everything learned about the old content goes.
+            for e in self.codecs.values_mut() {
+                e.ratio.reset();
+                e.compress_ns_per_byte.reset();
+                e.local_decompress_ns_per_byte.reset();
+                e.remote_decompress_ns_per_byte.reset();
+            }
+        }
+        for (codec, o) in round {
+            let e = self
+                .codecs
+                .entry(codec)
+                .or_insert_with(|| CodecEstimate::new(self.alpha));
+            if o.bytes_in > 0 {
+                e.ratio.update(o.bytes_out as f64 / o.bytes_in as f64);
+                e.compress_ns_per_byte
+                    .update(o.compress_ns as f64 / o.bytes_in as f64);
+            }
+            if o.local_decompress_bytes > 0 {
+                e.local_decompress_ns_per_byte
+                    .update(o.local_decompress_ns as f64 / o.local_decompress_bytes as f64);
+            }
+            if o.remote_decompress_bytes > 0 {
+                e.remote_decompress_ns_per_byte
+                    .update(o.remote_decompress_ns as f64 / o.remote_decompress_bytes as f64);
+            }
+        }
+        summary
+    }
+
+    /// Predicted transmission time (ns) of a `size`-byte message with `codec`
+    /// (eq. 7.6): compression + sending the compressed bytes + RTT/2 +
+    /// decompression. `None` while a needed estimate is missing.
+    pub fn predict(&self, codec: CodecId, size: f64) -> Option<f64> {
+        let link = self.net.link_ns_per_byte()?;
+        let half_rtt = self.net.rtt_ns.get().unwrap_or(0.0) / 2.0;
+        if codec == CodecId::NONE {
+            return Some((size + HEADER_LEN as f64) * link + half_rtt);
+        }
+        let e = self.codecs.get(&codec)?;
+        let ratio = e.ratio.get()?;
+        let tc = e.compress_ns_per_byte.get()? * size;
+        let td = e.decompress_ns_per_byte()? * size;
+        let ts = (size * ratio.min(1.0) + HEADER_LEN as f64) * link;
+        Some(tc + ts + half_rtt + td)
+    }
+
+    /// The codec of `candidates` with the lowest prediction, and that prediction.
+    pub fn best(&self, candidates: &[CodecId], size: f64) -> Option<(CodecId, f64)> {
+        candidates
+            .iter()
+            .filter_map(|&c| self.predict(c, size).map(|t| (c, t)))
+            .min_by(|a, b| a.1.total_cmp(&b.1))
+    }
+}

@@ -1,0 +1,320 @@
+//! Selection policies (thesis 7.2.5) and ours, `adaptive`.
+//!
+//! - `one:<codec>`: every message with one codec (an offline choice);
+//! - `round-robin`: the compressing codecs in turn, regardless of performance;
+//! - `majority`: at each round boundary the codec with the lowest predicted
+//!   transmission time (eq. 7.6) gets every message but 1% per other codec
+//!   (`none` included), chosen at random per message; round 0 is uniform;
+//! - `adaptive`: the best codec gets *every* message. Other codecs are never
+//!   sent to learn about them: instead, every `explore_every`-th message is
+//!   also compressed (and decompressed locally) with one candidate codec off
+//!   the send path — on a background sampler thread, within the CPU budget —
+//!   and the candidate is only sent with once it is predicted to win. When a
+//!   round's compression ratio departs from the averages by more than
+//!   `change_threshold`, the averages restart and the next round samples
+//!   every message (burst), so a content change is re-evaluated within one or
+//!   two rounds. Codecs predicted at more than twice the best time are sampled
+//!   eight times less often. A switch needs a 1% predicted gain (hysteresis).
+
+use crate::codec::{CodecId, Registry};
+use crate::learn::Learner;
+use serde::{Deserialize, Serialize};
+use std::fmt;
+use std::str::FromStr;
+
+/// Which policy a stream uses.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub enum PolicyKind {
+    /// One fixed codec, by name.
+    One(String),
+    RoundRobin,
+    Majority,
+    Adaptive,
+}
+
+impl fmt::Display for PolicyKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            PolicyKind::One(c) => write!(f, "one:{c}"),
+            PolicyKind::RoundRobin => f.write_str("round-robin"),
+            PolicyKind::Majority => f.write_str("majority"),
+            PolicyKind::Adaptive => f.write_str("adaptive"),
+        }
+    }
+}
+
+impl FromStr for PolicyKind {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "round-robin" => Ok(PolicyKind::RoundRobin),
+            "majority" => Ok(PolicyKind::Majority),
+            "adaptive" => Ok(PolicyKind::Adaptive),
+            _ => match s.strip_prefix("one:") {
+                Some(c) if !c.is_empty() => Ok(PolicyKind::One(c.to_string())),
+                _ => Err(format!(
+                    "unknown policy `{s}` (expected one:<codec>, round-robin, majority or adaptive)"
+                )),
+            },
+        }
+    }
+}
+
+impl TryFrom<String> for PolicyKind {
+    type Error = String;
+    fn try_from(s: String) -> Result<Self, String> {
+        s.parse()
+    }
+}
+
+impl From<PolicyKind> for String {
+    fn from(p: PolicyKind) -> String {
+        p.to_string()
+    }
+}
+
+/// Tuning of the adaptive policy.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct AdaptiveTuning {
+    /// Sample one candidate every this many messages (steady state).
+    pub explore_every: u32,
+    /// Relative ratio change that counts as a content change.
+    pub change_threshold: f64,
+    /// Required predicted gain before switching (hysteresis).
+    pub switch_gain: f64,
+}
+
+impl Default for AdaptiveTuning {
+    fn default() -> Self {
+        AdaptiveTuning {
+            explore_every: 4,
+            change_threshold: 0.25,
+            switch_gain: 0.01,
+        }
+    }
+}
+
+/// Small deterministic PRNG (xorshift64*) for the per-message draw.
+#[derive(Clone, Debug)]
+pub struct Rng(u64);
+
+impl Rng {
+    pub fn new(seed: u64) -> Self {
+        Rng(seed.max(1))
+    }
+    pub fn next_f64(&mut self) -> f64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        let v = self.0.wrapping_mul(0x2545_F491_4F6C_DD1D);
+        (v >> 11) as f64 / (1u64 << 53) as f64
+    }
+}
+
+/// The per-stream selector: decides the codec of each message.
+#[derive(Clone, Debug)]
+pub struct Selector {
+    kind: PolicyKind,
+    /// Negotiated codecs, `none` first.
+    codecs: Vec<CodecId>,
+    fixed: CodecId,
+    rr_next: usize,
+    /// Cumulative distribution for `majority`.
+    cdf: Vec<(CodecId, f64)>,
+    chosen: CodecId,
+    rng: Rng,
+    tuning: AdaptiveTuning,
+    explore_counter: u32,
+    explore_cursor: usize,
+    /// Candidates and how often they are visited (1 = every cycle).
+    explore_list: Vec<(CodecId, u32)>,
+    explore_visits: u64,
+    burst: bool,
+}
+
+impl Selector {
+    /// `codecs` are the negotiated ones (must include `none`); an unknown
+    /// fixed codec falls back to `none` (the caller validates names first).
+    pub fn new(kind: PolicyKind, codecs: Vec<CodecId>, registry: &Registry, seed: u64) -> Self {
+        let mut codecs = codecs;
+        codecs.sort();
+        codecs.dedup();
+        let fixed = match &kind {
+            PolicyKind::One(name) => registry
+                .by_name(name)
+                .map(|c| c.id())
+                .filter(|id| codecs.contains(id))
+                .unwrap_or(CodecId::NONE),
+            _ => CodecId::NONE,
+        };
+        let mut s = Selector {
+            kind,
+            codecs,
+            fixed,
+            rr_next: 0,
+            cdf: Vec::new(),
+            chosen: CodecId::NONE,
+            rng: Rng::new(seed),
+            tuning: AdaptiveTuning::default(),
+            explore_counter: 0,
+            explore_cursor: 0,
+            explore_list: Vec::new(),
+            explore_visits: 0,
+            burst: true,
+        };
+        s.uniform();
+        s.explore_list = s.compressing().into_iter().map(|c| (c, 1)).collect();
+        s
+    }
+
+    pub fn with_tuning(mut self, tuning: AdaptiveTuning) -> Self {
+        self.tuning = tuning;
+        self
+    }
+
+    pub fn kind(&self) -> &PolicyKind {
+        &self.kind
+    }
+
+    pub fn tuning(&self) -> AdaptiveTuning {
+        self.tuning
+    }
+
+    /// The codec currently preferred (adaptive/majority), or the fixed one.
+    pub fn chosen(&self) -> CodecId {
+        match self.kind {
+            PolicyKind::One(_) => self.fixed,
+            _ => self.chosen,
+        }
+    }
+
+    /// True while the adaptive policy samples every message.
+    pub fn in_burst(&self) -> bool {
+        self.burst
+    }
+
+    fn compressing(&self) -> Vec<CodecId> {
+        self.codecs
+            .iter()
+            .copied()
+            .filter(|&c| c != CodecId::NONE)
+            .collect()
+    }
+
+    fn uniform(&mut self) {
+        let n = self.codecs.len() as f64;
+        self.cdf = self
+            .codecs
+            .iter()
+            .enumerate()
+            .map(|(i, &c)| (c, (i + 1) as f64 / n))
+            .collect();
+    }
+
+    /// Sets the next round's distribution (round boundary). `content_changed`
+    /// is the learner's verdict on the round that ended.
+    pub fn start_round(&mut self, learner: &Learner, content_changed: bool) {
+        let size = learner.message_size.get().unwrap_or(256.0);
+        match self.kind {
+            PolicyKind::Majority => {
+                let Some((best, _)) = learner.best(&self.codecs, size) else {
+                    self.uniform();
+                    return;
+                };
+                self.chosen = best;
+                let others = (self.codecs.len() - 1) as f64 * 0.01;
+                let mut acc = 0.0;
+                self.cdf = self
+                    .codecs
+                    .iter()
+                    .map(|&c| {
+                        acc += if c == best { 1.0 - others } else { 0.01 };
+                        (c, acc)
+                    })
+                    .collect();
+            }
+            PolicyKind::Adaptive => {
+                let candidates = &self.codecs;
+                let best = learner.best(candidates, size);
+                let all_known = self
+                    .compressing()
+                    .iter()
+                    .all(|&c| learner.predict(c, size).is_some());
+                if let Some((best, t_best)) = best {
+                    let t_chosen = learner.predict(self.chosen, size);
+                    let switch = match t_chosen {
+                        None => true,
+                        Some(tc) => t_best < tc * (1.0 - self.tuning.switch_gain),
+                    };
+                    if switch {
+                        self.chosen = best;
+                    }
+                    self.explore_list = self
+                        .compressing()
+                        .into_iter()
+                        .filter(|&c| c != self.chosen)
+                        .map(|c| {
+                            let slow = learner.predict(c, size).is_some_and(|t| t > 2.0 * t_best);
+                            (c, if slow { 8 } else { 1 })
+                        })
+                        .collect();
+                }
+                self.burst = content_changed || !all_known;
+            }
+            _ => {}
+        }
+    }
+
+    /// The codec for the next message.
+    pub fn pick(&mut self) -> CodecId {
+        match self.kind {
+            PolicyKind::One(_) => self.fixed,
+            PolicyKind::RoundRobin => {
+                let c = self.compressing();
+                if c.is_empty() {
+                    return CodecId::NONE;
+                }
+                let id = c[self.rr_next % c.len()];
+                self.rr_next = (self.rr_next + 1) % c.len();
+                id
+            }
+            PolicyKind::Majority => {
+                let x = self.rng.next_f64();
+                self.cdf
+                    .iter()
+                    .find(|(_, p)| x < *p)
+                    .or(self.cdf.last())
+                    .map(|(c, _)| *c)
+                    .unwrap_or(CodecId::NONE)
+            }
+            PolicyKind::Adaptive => self.chosen,
+        }
+    }
+
+    /// Adaptive only: the candidate to sample off the send path with this
+    /// message, if any.
+    pub fn explore(&mut self) -> Option<CodecId> {
+        if self.kind != PolicyKind::Adaptive || self.explore_list.is_empty() {
+            return None;
+        }
+        self.explore_counter += 1;
+        if !self.burst && self.explore_counter < self.tuning.explore_every.max(1) {
+            return None;
+        }
+        self.explore_counter = 0;
+        // Visit candidates in turn; slow ones only every `every`-th cycle.
+        for _ in 0..self.explore_list.len() {
+            let i = self.explore_cursor % self.explore_list.len();
+            self.explore_cursor += 1;
+            if i == 0 {
+                self.explore_visits += 1;
+            }
+            let (c, every) = self.explore_list[i];
+            if self.burst || self.explore_visits % u64::from(every) == 0 {
+                return Some(c);
+            }
+        }
+        None
+    }
+}

@@ -1,0 +1,156 @@
+//! Blocking message streams over any `Read + Write` (a `TcpStream`, a Unix
+//! socket, a pipe pair): [`MessageStream::send_msg`] / [`MessageStream::recv_msg`].
+//!
+//! Each stream owns its [`Endpoint`] (learning, policy, throttle), so a
+//! process can run many independent streams. Set `TCP_NODELAY` on TCP
+//! sockets: a probe and its message leave in one write, but Nagle would hold
+//! back small messages waiting for an ACK.
+
+use crate::codec::Registry;
+use crate::endpoint::{Endpoint, StreamConfig, StreamStats};
+use crate::wire::{FrameDecoder, RawFrame, WireError};
+use std::io::{ErrorKind, Read, Write};
+use std::sync::Arc;
+
+const READ_CHUNK: usize = 16 * 1024;
+
+/// Reads whole frames from a byte source with bounded buffering.
+pub(crate) struct FrameReader {
+    pub(crate) decoder: FrameDecoder,
+    pub(crate) buf: Box<[u8]>,
+    pub(crate) pos: usize,
+    pub(crate) len: usize,
+}
+
+impl FrameReader {
+    pub(crate) fn new(decoder: FrameDecoder) -> Self {
+        FrameReader {
+            decoder,
+            buf: vec![0u8; READ_CHUNK].into_boxed_slice(),
+            pos: 0,
+            len: 0,
+        }
+    }
+
+    /// Feeds buffered bytes to the decoder; returns a frame once complete.
+    pub(crate) fn step(&mut self) -> Result<Option<RawFrame>, WireError> {
+        while self.pos < self.len {
+            let n = self.decoder.push(&self.buf[self.pos..self.len])?;
+            self.pos += n;
+            if let Some(f) = self.decoder.take_frame() {
+                return Ok(Some(f));
+            }
+        }
+        Ok(None)
+    }
+
+    /// End of input: clean at a frame boundary, else truncation.
+    pub(crate) fn eof(&self) -> Result<(), WireError> {
+        self.decoder.finish()
+    }
+
+    fn read_frame<R: Read>(&mut self, r: &mut R) -> Result<Option<RawFrame>, WireError> {
+        loop {
+            if let Some(f) = self.step()? {
+                return Ok(Some(f));
+            }
+            self.pos = 0;
+            self.len = match r.read(&mut self.buf) {
+                Ok(0) => {
+                    self.len = 0;
+                    self.eof()?;
+                    return Ok(None);
+                }
+                Ok(n) => n,
+                Err(e) if e.kind() == ErrorKind::Interrupted => 0,
+                Err(e) => return Err(e.into()),
+            };
+        }
+    }
+}
+
+/// A blocking message stream.
+pub struct MessageStream<S: Read + Write> {
+    io: S,
+    endpoint: Endpoint,
+    reader: FrameReader,
+    out: Vec<u8>,
+    replies: Vec<u8>,
+}
+
+impl<S: Read + Write> MessageStream<S> {
+    /// Runs the handshake (both ends send their hello, then read the peer's).
+    pub fn handshake(io: S, config: StreamConfig, registry: Arc<Registry>) -> Result<Self, WireError> {
+        Self::with_endpoint(io, Endpoint::new(config, registry))
+    }
+
+    /// Runs the handshake with a prepared endpoint (custom CPU-load source).
+    pub fn with_endpoint(mut io: S, mut endpoint: Endpoint) -> Result<Self, WireError> {
+        let mut out = Vec::new();
+        endpoint.write_hello(&mut out);
+        io.write_all(&out)?;
+        io.flush()?;
+        let mut reader = FrameReader::new(FrameDecoder::new(endpoint.limits()));
+        let hello = reader
+            .read_frame(&mut io)?
+            .ok_or(WireError::Closed(" during the handshake"))?;
+        endpoint.accept_hello(hello)?;
+        Ok(MessageStream {
+            io,
+            endpoint,
+            reader,
+            out: Vec::new(),
+            replies: Vec::new(),
+        })
+    }
+
+    /// Sends one message.
+    pub fn send_msg(&mut self, msg: &[u8]) -> Result<(), WireError> {
+        self.out.clear();
+        self.endpoint.encode(msg, &mut self.out)?;
+        self.io.write_all(&self.out)?;
+        self.io.flush()?;
+        Ok(())
+    }
+
+    /// Receives the next message; `Ok(None)` when the peer closed the stream
+    /// at a message boundary.
+    pub fn recv_msg(&mut self) -> Result<Option<Vec<u8>>, WireError> {
+        loop {
+            let Some(frame) = self.reader.read_frame(&mut self.io)? else {
+                return Ok(None);
+            };
+            self.replies.clear();
+            let msg = self.endpoint.decode(frame, &mut self.replies)?;
+            if !self.replies.is_empty() {
+                // Best effort: after a half-close the peer misses an RTT sample.
+                if self.io.write_all(&self.replies).is_ok() {
+                    let _ = self.io.flush();
+                }
+            }
+            if let Some(m) = msg {
+                return Ok(Some(m));
+            }
+        }
+    }
+
+    pub fn stats(&self) -> StreamStats {
+        self.endpoint.stats()
+    }
+
+    pub fn endpoint(&self) -> &Endpoint {
+        &self.endpoint
+    }
+
+    pub fn endpoint_mut(&mut self) -> &mut Endpoint {
+        &mut self.endpoint
+    }
+
+    pub fn get_ref(&self) -> &S {
+        &self.io
+    }
+
+    pub fn into_inner(self) -> S {
+        self.io
+    }
+}

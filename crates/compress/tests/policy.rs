@@ -1,0 +1,285 @@
+//! Policy and throttle decisions on a deterministic in-memory network: two
+//! endpoints exchange frames directly, the link cost is configured rather
+//! than measured, and the CPU load is scripted.
+
+use hwqos_compress::codec::CodecId;
+use hwqos_compress::learn::Learner;
+use hwqos_compress::policy::Selector;
+use hwqos_compress::throttle::{per_cpu_utilization, CpuAggregate};
+use hwqos_compress::wire::parse_all;
+use hwqos_compress::{
+    CpuLoad, Endpoint, PolicyKind, ProcStatLoad, Registry, Sampling, ScriptedLoad, StreamConfig,
+    ThrottleConfig,
+};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Frames in `bytes` go to `to`; its replies go back to `from`. Returns the messages.
+fn deliver(from: &mut Endpoint, to: &mut Endpoint, bytes: &[u8]) -> Vec<Vec<u8>> {
+    let mut msgs = Vec::new();
+    let mut replies = Vec::new();
+    for f in parse_all(bytes, to.limits()).unwrap() {
+        if let Some(m) = to.decode(f, &mut replies).unwrap() {
+            msgs.push(m);
+        }
+    }
+    let mut back = Vec::new();
+    for f in parse_all(&replies, from.limits()).unwrap() {
+        assert!(from.decode(f, &mut back).unwrap().is_none());
+    }
+    msgs
+}
+
+fn connect(a: &mut Endpoint, b: &mut Endpoint) {
+    let (mut ha, mut hb) = (Vec::new(), Vec::new());
+    a.write_hello(&mut ha);
+    b.write_hello(&mut hb);
+    a.accept_hello(parse_all(&hb, a.limits()).unwrap().remove(0)).unwrap();
+    b.accept_hello(parse_all(&ha, b.limits()).unwrap().remove(0)).unwrap();
+}
+
+fn sim_config(policy: &str) -> StreamConfig {
+    StreamConfig {
+        policy: policy.parse().unwrap(),
+        throttle: None,
+        sampling: Sampling::Inline,
+        link_ns_per_byte: Some(800.0), // 10 Mbit/s
+        round_messages: 100,
+        ..Default::default()
+    }
+}
+
+fn pair(cfg: StreamConfig) -> (Endpoint, Endpoint) {
+    let reg = Arc::new(Registry::standard());
+    let mut a = Endpoint::new(cfg.clone(), reg.clone());
+    let mut b = Endpoint::new(cfg, reg);
+    connect(&mut a, &mut b);
+    (a, b)
+}
+
+fn send(a: &mut Endpoint, b: &mut Endpoint, msg: &[u8]) -> CodecId {
+    let mut out = Vec::new();
+    let c = a.encode(msg, &mut out).unwrap();
+    let got = deliver(a, b, &out);
+    assert_eq!(got, vec![msg.to_vec()]);
+    c
+}
+
+/// A pseudo-random, incompressible message.
+fn noise(seed: u64, n: usize) -> Vec<u8> {
+    let mut x = seed | 1;
+    (0..n)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
+#[test]
+fn the_prediction_is_equation_7_6() {
+    let mut l = Learner::new(1.0, Some(10.0));
+    l.observe_rtt(1_000_000);
+    l.observe_compression(CodecId::LZ4, 1000, 250, 2000);
+    l.observe_local_decompression(CodecId::LZ4, 1000, 500);
+    l.end_round(None);
+    // t_c = 2 ns/B * 1000, t_s = (250 + 14 header) * 10, RTT/2 = 500 us, t_d = 0.5 * 1000
+    let t = l.predict(CodecId::LZ4, 1000.0).unwrap();
+    assert!((t - (2000.0 + 2640.0 + 500_000.0 + 500.0)).abs() < 1e-6, "{t}");
+    let none = l.predict(CodecId::NONE, 1000.0).unwrap();
+    assert!((none - (10_140.0 + 500_000.0)).abs() < 1e-6, "{none}");
+    // A receiver's own figure replaces the local one.
+    l.observe_remote_decompression(CodecId::LZ4, 1000, 3000);
+    l.end_round(None);
+    let t2 = l.predict(CodecId::LZ4, 1000.0).unwrap();
+    assert!((t2 - (2000.0 + 2640.0 + 500_000.0 + 3000.0)).abs() < 1e-6, "{t2}");
+}
+
+fn learner_lz4_best() -> Learner {
+    let mut l = Learner::new(1.0, Some(100.0));
+    for id in Registry::standard().ids().into_iter().skip(1) {
+        // lz4: cheap and good; every other codec: slower, worse.
+        let (out, ns) = if id == CodecId::LZ4 { (200, 1000) } else { (600, 50_000) };
+        l.observe_compression(id, 1000, out, ns);
+        l.observe_local_decompression(id, 1000, ns / 4);
+    }
+    l.observe_message_size(1000);
+    l.end_round(None);
+    l
+}
+
+#[test]
+fn majority_gives_the_best_everything_but_one_percent_per_other_codec() {
+    let reg = Registry::standard();
+    let mut s = Selector::new(PolicyKind::Majority, reg.ids(), &reg, 42);
+    s.start_round(&learner_lz4_best(), false);
+    let mut counts: BTreeMap<CodecId, u32> = BTreeMap::new();
+    let n = 100_000;
+    for _ in 0..n {
+        *counts.entry(s.pick()).or_default() += 1;
+    }
+    let share = |c: CodecId| f64::from(counts.get(&c).copied().unwrap_or(0)) / f64::from(n);
+    assert!((share(CodecId::LZ4) - 0.90).abs() < 0.01, "{counts:?}");
+    for id in reg.ids() {
+        if id != CodecId::LZ4 {
+            assert!((share(id) - 0.01).abs() < 0.003, "{id}: {counts:?}");
+        }
+    }
+}
+
+#[test]
+fn adaptive_sends_only_the_best_and_round_robin_cycles() {
+    let reg = Registry::standard();
+    let mut s = Selector::new(PolicyKind::Adaptive, reg.ids(), &reg, 1);
+    s.start_round(&learner_lz4_best(), false);
+    assert!((0..1000).all(|_| s.pick() == CodecId::LZ4));
+    let mut rr = Selector::new(PolicyKind::RoundRobin, reg.ids(), &reg, 1);
+    let picks: Vec<CodecId> = (0..20).map(|_| rr.pick()).collect();
+    assert_eq!(picks[0], CodecId::LZ4);
+    assert_eq!(picks[10], CodecId::LZ4);
+    assert!(!picks.contains(&CodecId::NONE));
+}
+
+#[test]
+fn adaptive_explores_without_sending_bad_codecs_and_majority_does_not() {
+    let zeros = vec![0u8; 600];
+    let mut per_policy = BTreeMap::new();
+    for p in ["adaptive", "majority"] {
+        let (mut a, mut b) = pair(sim_config(p));
+        let mut used: BTreeMap<CodecId, u32> = BTreeMap::new();
+        for i in 0..1500 {
+            let c = send(&mut a, &mut b, &zeros);
+            if i >= 500 {
+                *used.entry(c).or_default() += 1;
+            }
+        }
+        per_policy.insert(p, (used, a.stats()));
+    }
+    let (adaptive, st) = &per_policy["adaptive"];
+    assert_eq!(adaptive.len(), 1, "adaptive sent with several codecs: {adaptive:?}");
+    assert_ne!(*adaptive.keys().next().unwrap(), CodecId::NONE);
+    assert!(st.samples > 100, "{st:?}");
+    let (majority, _) = &per_policy["majority"];
+    assert!(majority.len() > 3, "majority keeps sending others: {majority:?}");
+}
+
+#[test]
+fn adaptive_reselects_within_a_few_rounds_after_a_content_change() {
+    let (mut a, mut b) = pair(sim_config("adaptive"));
+    let text = b"REGISTER sip:registrar.example.invalid SIP/2.0\r\nVia: SIP/2.0/UDP 10.0.0.1\r\n".repeat(8);
+    for _ in 0..1000 {
+        send(&mut a, &mut b, &text);
+    }
+    assert_ne!(a.selector().chosen(), CodecId::NONE, "compressible text on a slow link");
+    // Content change at message 1000: incompressible from now on.
+    let mut switched_at = None;
+    for i in 0..2000 {
+        let c = send(&mut a, &mut b, &noise(i, text.len()));
+        if c == CodecId::NONE && a.selector().chosen() == CodecId::NONE {
+            switched_at.get_or_insert(i);
+        }
+    }
+    let at = switched_at.expect("re-selected none for incompressible content");
+    assert!(at <= 300, "re-selection took {at} messages");
+    // And back: compressible content again.
+    let mut back_at = None;
+    for i in 0..2000u64 {
+        send(&mut a, &mut b, &text);
+        if a.selector().chosen() != CodecId::NONE {
+            back_at.get_or_insert(i);
+        }
+    }
+    assert!(back_at.expect("re-selected a codec") <= 300, "{back_at:?}");
+}
+
+#[test]
+fn on_a_free_link_compression_is_not_chosen() {
+    let mut cfg = sim_config("adaptive");
+    cfg.link_ns_per_byte = Some(0.0);
+    let (mut a, mut b) = pair(cfg);
+    for _ in 0..800 {
+        send(&mut a, &mut b, &[b'x'; 500]);
+    }
+    assert_eq!(a.selector().chosen(), CodecId::NONE);
+    let st = a.stats();
+    assert_eq!(st.sent_per_codec.keys().collect::<Vec<_>>(), vec!["none"], "{st:?}");
+}
+
+#[test]
+fn probes_measure_rtt_and_carry_receiver_decompression_statistics() {
+    let mut cfg = sim_config("one:zstd-3");
+    cfg.probe_every = 10;
+    let (mut a, mut b) = pair(cfg);
+    for _ in 0..300 {
+        send(&mut a, &mut b, &[b'q'; 400]);
+    }
+    let st = a.stats();
+    assert!(st.rtt_ns.is_some(), "{st:?}");
+    let est = a.learner().codecs[&CodecId::ZSTD3];
+    assert!(est.remote_decompress_ns_per_byte.count() > 0, "{est:?}");
+}
+
+#[test]
+fn the_throttle_starts_at_zero_backs_off_under_load_and_resumes() {
+    let cfg = StreamConfig {
+        throttle: Some(ThrottleConfig {
+            target: 0.7,
+            ..Default::default()
+        }),
+        round_messages: 50,
+        ..sim_config("one:zstd-3")
+    };
+    // Rounds 1-10: idle CPU; 11-70: saturated; then idle again.
+    let script = std::iter::repeat_n(0.2, 10)
+        .chain(std::iter::repeat_n(1.0, 60))
+        .chain(std::iter::repeat_n(0.2, 1000));
+    let reg = Arc::new(Registry::standard());
+    let mut a = Endpoint::with_cpu_load(cfg.clone(), reg.clone(), Some(Box::new(ScriptedLoad::new(script))));
+    let mut b = Endpoint::new(StreamConfig { throttle: None, ..cfg }, reg);
+    connect(&mut a, &mut b);
+    let msg = b"status=ok;load=0.25;peer=node-7;".repeat(20);
+    // Round 0 has no budget: nothing is compressed.
+    let round0: Vec<CodecId> = (0..50).map(|_| send(&mut a, &mut b, &msg)).collect();
+    assert!(round0.iter().all(|&c| c == CodecId::NONE));
+    let compressed_in = |a: &mut Endpoint, b: &mut Endpoint, rounds: usize| {
+        (0..rounds * 50)
+            .filter(|_| send(a, b, &msg) != CodecId::NONE)
+            .count()
+    };
+    let idle = compressed_in(&mut a, &mut b, 10);
+    assert!(idle > 0, "compression starts while the CPU is idle");
+    let _ = compressed_in(&mut a, &mut b, 40);
+    let st = a.stats();
+    assert_eq!(st.cpu_share, Some(0.0), "{st:?}");
+    assert_eq!(compressed_in(&mut a, &mut b, 10), 0, "no compression under overload");
+    assert!(a.stats().throttled_messages > 0);
+    let _ = compressed_in(&mut a, &mut b, 10);
+    assert!(compressed_in(&mut a, &mut b, 10) > 0, "compression resumes");
+}
+
+#[test]
+fn cpu_utilization_comes_from_per_cpu_proc_stat_deltas() {
+    let dir = tempfile::tempdir().unwrap();
+    let stat = |cpu0: [u64; 4], cpu1: [u64; 4]| {
+        format!(
+            "cpu  0 0 0 0 0 0 0 0 0 0\ncpu0 {} 0 {} {} {} 0 0 0 0 0\ncpu1 {} 0 {} {} {} 0 0 0 0 0\nctxt 1\n",
+            cpu0[0], cpu0[1], cpu0[2], cpu0[3], cpu1[0], cpu1[1], cpu1[2], cpu1[3]
+        )
+    };
+    std::fs::write(dir.path().join("stat"), stat([0, 0, 0, 0], [0, 0, 0, 0])).unwrap();
+    let mut mean = ProcStatLoad::new(dir.path(), CpuAggregate::Mean, Duration::ZERO);
+    let mut max = ProcStatLoad::new(dir.path(), CpuAggregate::Max, Duration::ZERO);
+    assert_eq!(mean.utilization(), None, "the first reading only primes");
+    assert_eq!(max.utilization(), None);
+    // cpu0: 90 busy of 100; cpu1: 10 busy (user) of 100 (idle 80 + iowait 10).
+    std::fs::write(dir.path().join("stat"), stat([60, 30, 10, 0], [10, 0, 80, 10])).unwrap();
+    let m = mean.utilization().unwrap();
+    assert!((m - 0.5).abs() < 1e-9, "{m}");
+    let x = max.utilization().unwrap();
+    assert!((x - 0.9).abs() < 1e-9, "{x}");
+    let real = per_cpu_utilization(&Default::default(), &Default::default());
+    assert!(real.is_empty());
+}

@@ -1,0 +1,530 @@
+//! Memory latency versus working-set size by a randomized pointer chase.
+//!
+//! For each working-set size `S` (4 KiB to 4× the last-level cache, a fixed
+//! number of steps per octave) the buffer's first `S` bytes are linked into
+//! ONE cycle over all cache lines in a random order (Sattolo's algorithm,
+//! fixed seed), so every load depends on the previous one and no prefetcher
+//! can guess the next line. The time per load is the latency of the level
+//! that holds the working set. The buffer is 2 MiB aligned and asked for
+//! transparent huge pages so page-table walks and page colouring disturb
+//! the cache levels as little as possible.
+//!
+//! [`infer_plateaus`] finds the levels in the latency curve: a plateau ends
+//! where the latency rises by more than 15 % over its last points and the rise
+//! persists to at least 1.3× — the last size of a plateau is the level's
+//! effective capacity. It is a pure function so it is unit-tested on
+//! synthetic curves; the live probe only feeds it measured minima.
+
+use super::{pin, ProbeError, ProbeOptions, SplitMix64};
+use crate::Topology;
+use hwqos_core::time::monotonic_ns;
+use serde::{Deserialize, Serialize};
+use std::hint::black_box;
+
+/// Relative rise over the plateau's recent level that starts a transition.
+pub const RISE: f64 = 0.15;
+/// Total rise a transition must reach (and keep) to separate two levels.
+pub const MIN_JUMP: f64 = 1.3;
+/// A transition continues while each step rises by more than this.
+pub const FLAT: f64 = 0.06;
+
+const MIN_SIZE: u64 = 4 * 1024;
+const MAX_SIZE: u64 = 1 << 30;
+const DEFAULT_LLC: u64 = 32 << 20;
+const HUGE_PAGE: usize = 2 << 20;
+
+/// One point of the latency curve.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct LatencyPoint {
+    pub size_bytes: u64,
+    /// Fastest repeat, ns per load (what the inference uses).
+    pub min_ns: f64,
+    pub median_ns: f64,
+}
+
+/// A cache level as the curve shows it, beside what sysfs says.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct InferredLevel {
+    /// `L1d`, `L2`, `L3` where matched to a sysfs level, else `level N`.
+    pub name: String,
+    /// The sysfs level this plateau was matched to.
+    pub level: Option<u8>,
+    /// The last working-set size of the plateau.
+    pub effective_size_bytes: u64,
+    pub sysfs_size_bytes: Option<u64>,
+    /// Load latency near the end of the plateau, ns.
+    pub latency_ns: f64,
+    /// The same in TSC cycles (ns × TSC GHz), if the TSC rate is known.
+    pub latency_cycles: Option<f64>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct MemLatResult {
+    pub points: Vec<LatencyPoint>,
+    pub levels: Vec<InferredLevel>,
+    /// Latency of the last plateau (beyond every cache), ns.
+    pub memory_latency_ns: f64,
+    pub memory_latency_cycles: Option<f64>,
+    /// TSC ticks per ns used for the cycle figures (TSC cycles, not core
+    /// cycles: without a PMU the core clock cannot be counted).
+    pub tsc_ghz: Option<f64>,
+    pub steps_per_octave: u32,
+    pub line_size: u32,
+    pub repeats: usize,
+    /// Whether `madvise(MADV_HUGEPAGE)` was accepted for the buffer.
+    pub huge_pages_advised: bool,
+    pub seed: u64,
+}
+
+/// A plateau of the curve: indices of its first and last points and its level.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Plateau {
+    pub first: usize,
+    pub last: usize,
+    /// Median of the plateau's last (up to) three points.
+    pub latency: f64,
+}
+
+fn median3(xs: &[f64]) -> f64 {
+    hwqos_core::stats::median(xs).unwrap_or(f64::NAN)
+}
+
+fn tail_level(lat: &[f64], first: usize, end: usize) -> f64 {
+    median3(&lat[first.max(end.saturating_sub(3))..end])
+}
+
+/// Splits a latency curve (ascending working-set sizes) into plateaus. Every
+/// plateau but the last ends at a cache boundary.
+pub fn infer_plateaus(lat: &[f64]) -> Vec<Plateau> {
+    let n = lat.len();
+    let mut out = Vec::new();
+    if n == 0 || lat.iter().any(|x| !x.is_finite()) {
+        return out;
+    }
+    let mut start = 0;
+    let mut j = 1;
+    while j < n {
+        let level = tail_level(lat, start, j);
+        if lat[j] <= level * (1.0 + RISE) {
+            j += 1;
+            continue;
+        }
+        let mut k = j;
+        while k + 1 < n && lat[k + 1] > lat[k] * (1.0 + FLAT) {
+            k += 1;
+        }
+        let persists = lat[k] >= level * MIN_JUMP
+            && (k + 1 >= n || lat[k + 1] >= level * MIN_JUMP);
+        if persists {
+            out.push(Plateau {
+                first: start,
+                last: j - 1,
+                latency: level,
+            });
+            start = k;
+        }
+        j = k + 1;
+    }
+    out.push(Plateau {
+        first: start,
+        last: n - 1,
+        latency: tail_level(lat, start, n),
+    });
+    out
+}
+
+/// The sweep: `min`·2^(k/steps) up to `max`, rounded to whole lines.
+pub fn sweep_sizes(min: u64, max: u64, steps_per_octave: u32, line: u64) -> Vec<u64> {
+    let mut v = Vec::new();
+    let mut k = 0u32;
+    loop {
+        let s = (min as f64 * 2f64.powf(f64::from(k) / f64::from(steps_per_octave))).round() as u64;
+        let s = (s / line).max(1) * line;
+        if s > max {
+            break;
+        }
+        if v.last() != Some(&s) {
+            v.push(s);
+        }
+        k += 1;
+    }
+    v
+}
+
+/// Whether `inferred` is within one sweep step (a factor 2^(1/steps)) of `expected`.
+pub fn within_one_step(inferred: u64, expected: u64, steps_per_octave: u32) -> bool {
+    let ratio = (inferred as f64 / expected as f64).log2().abs();
+    ratio <= 1.0 / f64::from(steps_per_octave) + 1e-9
+}
+
+/// A uniformly random single-cycle permutation of `0..n` (Sattolo's algorithm):
+/// following `next[i]` from any start visits all `n` elements.
+pub fn sattolo(n: usize, rng: &mut SplitMix64) -> Vec<usize> {
+    let mut a: Vec<usize> = (0..n).collect();
+    for i in (1..n).rev() {
+        let j = rng.below(i as u64) as usize;
+        a.swap(i, j);
+    }
+    a
+}
+
+/// An anonymous mapping, 2 MiB aligned, unmapped on drop.
+struct Buffer {
+    base: *mut libc::c_void,
+    len: usize,
+    aligned: *mut usize,
+    words: usize,
+    huge: bool,
+}
+
+impl Buffer {
+    fn new(bytes: usize) -> Result<Buffer, ProbeError> {
+        let usable = bytes.div_ceil(HUGE_PAGE) * HUGE_PAGE;
+        let len = usable + HUGE_PAGE;
+        // SAFETY: a fresh private anonymous mapping; checked for MAP_FAILED.
+        let base = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        if base == libc::MAP_FAILED {
+            return Err(ProbeError::io(
+                format!("mmap of {bytes} bytes"),
+                std::io::Error::last_os_error(),
+            ));
+        }
+        let offset = (HUGE_PAGE - (base as usize % HUGE_PAGE)) % HUGE_PAGE;
+        // SAFETY: offset < HUGE_PAGE and the mapping is usable + HUGE_PAGE long.
+        let aligned = unsafe { base.cast::<u8>().add(offset) }.cast::<libc::c_void>();
+        // SAFETY: advice on our own mapping; failure only means no huge pages.
+        let huge = unsafe { libc::madvise(aligned, usable, libc::MADV_HUGEPAGE) } == 0;
+        Ok(Buffer {
+            base,
+            len,
+            aligned: aligned.cast(),
+            words: usable / std::mem::size_of::<usize>(),
+            huge,
+        })
+    }
+
+    fn as_mut_slice(&mut self) -> &mut [usize] {
+        // SAFETY: `aligned` points to `words` writable, zero-initialised words
+        // inside the mapping, which lives as long as self.
+        unsafe { std::slice::from_raw_parts_mut(self.aligned, self.words) }
+    }
+}
+
+impl Drop for Buffer {
+    fn drop(&mut self) {
+        // SAFETY: unmapping exactly the mapping created in `new`.
+        unsafe { libc::munmap(self.base, self.len) };
+    }
+}
+
+/// Links the first `lines` lines of `buf` (stride `stride` words) into one
+/// random cycle; each line's first word holds the word index of the next.
+fn link(buf: &mut [usize], lines: usize, stride: usize, rng: &mut SplitMix64) {
+    let next = sattolo(lines, rng);
+    for (i, n) in next.into_iter().enumerate() {
+        buf[i * stride] = n * stride;
+    }
+}
+
+/// Follows the chain `loads` times from word 0; returns where it ended.
+#[inline(never)]
+fn chase(buf: &[usize], loads: u64) -> usize {
+    let p = buf.as_ptr();
+    let mut i = 0usize;
+    let mut left = loads;
+    while left >= 8 {
+        // SAFETY: every stored index is a line start inside the linked prefix.
+        unsafe {
+            i = *p.add(i);
+            i = *p.add(i);
+            i = *p.add(i);
+            i = *p.add(i);
+            i = *p.add(i);
+            i = *p.add(i);
+            i = *p.add(i);
+            i = *p.add(i);
+        }
+        left -= 8;
+    }
+    while left > 0 {
+        // SAFETY: as above.
+        i = unsafe { *p.add(i) };
+        left -= 1;
+    }
+    i
+}
+
+/// Measures the latency curve and infers the levels. `topo` gives the line
+/// size, the LLC size (the sweep's end) and the sysfs sizes to compare with;
+/// `tsc_hz` converts ns to TSC cycles.
+pub fn run(
+    options: &ProbeOptions,
+    topo: Option<&Topology>,
+    tsc_hz: Option<f64>,
+) -> Result<MemLatResult, ProbeError> {
+    let (_pin, cpu) = pin(options)?;
+    let line = topo
+        .and_then(|t| t.cache_of(cpu, 1))
+        .and_then(|c| c.line_size)
+        .unwrap_or(64)
+        .max(std::mem::size_of::<usize>() as u32);
+    let llc = topo
+        .and_then(|t| {
+            t.data_cache_levels()
+                .last()
+                .and_then(|l| t.cache_of(cpu, *l))
+                .and_then(|c| c.size_bytes)
+        })
+        .unwrap_or(DEFAULT_LLC);
+    let (steps, factor, repeats) = if options.quick {
+        (2, 2, options.repeats.unwrap_or(2))
+    } else {
+        (4, 4, options.repeats.unwrap_or(3))
+    };
+    let repeats = repeats.max(1);
+    let max = (llc * factor).clamp(MIN_SIZE * 4, MAX_SIZE);
+    let sizes = sweep_sizes(MIN_SIZE, max, steps, u64::from(line));
+    let mut buffer = Buffer::new(*sizes.last().unwrap_or(&max) as usize)?;
+    let buf = buffer.as_mut_slice();
+    let stride = line as usize / std::mem::size_of::<usize>();
+    let overhead = super::timing_overhead_ns();
+    let mut points = Vec::with_capacity(sizes.len());
+    for &size in &sizes {
+        let lines = (size / u64::from(line)) as usize;
+        let mut rng = SplitMix64::new(options.seed ^ size);
+        link(buf, lines, stride, &mut rng);
+        let (lo, hi) = if options.quick {
+            (1 << 16, 1 << 18)
+        } else {
+            (1 << 18, 1 << 20)
+        };
+        let loads = (2 * lines as u64).clamp(lo, hi);
+        black_box(chase(buf, (lines as u64).min(hi)));
+        let mut per_load = Vec::with_capacity(repeats);
+        for _ in 0..repeats {
+            let t0 = monotonic_ns();
+            black_box(chase(buf, loads));
+            let t1 = monotonic_ns();
+            per_load.push(((t1 - t0) as f64 - overhead).max(0.0) / loads as f64);
+        }
+        let min_ns = per_load.iter().copied().fold(f64::INFINITY, f64::min);
+        points.push(LatencyPoint {
+            size_bytes: size,
+            min_ns,
+            median_ns: hwqos_core::stats::median(&per_load).unwrap_or(min_ns),
+        });
+    }
+    let huge = buffer.huge;
+    drop(buffer);
+    let tsc_ghz = tsc_hz.map(|h| h / 1e9);
+    let (levels, memory_latency_ns) = levels_of(&points, topo, cpu, tsc_ghz);
+    Ok(MemLatResult {
+        points,
+        levels,
+        memory_latency_ns,
+        memory_latency_cycles: tsc_ghz.map(|g| memory_latency_ns * g),
+        tsc_ghz,
+        steps_per_octave: steps,
+        line_size: line,
+        repeats,
+        huge_pages_advised: huge,
+        seed: options.seed,
+    })
+}
+
+/// Turns a curve into levels matched to sysfs, and the memory latency.
+pub fn levels_of(
+    points: &[LatencyPoint],
+    topo: Option<&Topology>,
+    cpu: u32,
+    tsc_ghz: Option<f64>,
+) -> (Vec<InferredLevel>, f64) {
+    let lat: Vec<f64> = points.iter().map(|p| p.min_ns).collect();
+    let plateaus = infer_plateaus(&lat);
+    let Some((memory, caches)) = plateaus.split_last() else {
+        return (Vec::new(), f64::NAN);
+    };
+    let sysfs: Vec<(u8, Option<u64>)> = topo
+        .map(|t| {
+            t.data_cache_levels()
+                .into_iter()
+                .map(|l| (l, t.cache_of(cpu, l).and_then(|c| c.size_bytes)))
+                .collect()
+        })
+        .unwrap_or_default();
+    let levels = caches
+        .iter()
+        .enumerate()
+        .map(|(i, p)| {
+            let size = points[p.last].size_bytes;
+            let matched = if sysfs.len() == caches.len() {
+                sysfs.get(i).copied()
+            } else {
+                // Different counts: match by size, within a factor of two.
+                sysfs
+                    .iter()
+                    .copied()
+                    .filter(|(_, s)| s.is_some_and(|s| within_one_step(size, s, 1)))
+                    .min_by(|a, b| {
+                        let d = |s: Option<u64>| (size as f64 / s.unwrap_or(1) as f64).log2().abs();
+                        d(a.1).total_cmp(&d(b.1))
+                    })
+            };
+            let name = match matched {
+                Some((1, _)) => "L1d".to_string(),
+                Some((l, _)) => format!("L{l}"),
+                None => format!("level {}", i + 1),
+            };
+            InferredLevel {
+                name,
+                level: matched.map(|m| m.0),
+                effective_size_bytes: size,
+                sysfs_size_bytes: matched.and_then(|m| m.1),
+                latency_ns: p.latency,
+                latency_cycles: tsc_ghz.map(|g| p.latency * g),
+            }
+        })
+        .collect();
+    (levels, memory.latency)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Expected latency of a random cyclic chase over `s` bytes for a
+    /// hierarchy of (capacity, latency) levels and a memory latency: a level
+    /// of capacity C holds a fraction min(1, C/s) of the lines.
+    fn model(s: f64, levels: &[(f64, f64)], mem: f64) -> f64 {
+        let mut lat = 0.0;
+        let mut covered = 0.0;
+        for &(c, l) in levels {
+            let frac = (c / s).min(1.0);
+            lat += (frac - covered).max(0.0) * l;
+            covered = covered.max(frac);
+        }
+        lat + (1.0 - covered) * mem
+    }
+
+    fn curve(sizes: &[u64], levels: &[(f64, f64)], mem: f64, noise: f64, seed: u64) -> Vec<f64> {
+        let mut rng = SplitMix64::new(seed);
+        sizes
+            .iter()
+            .map(|&s| model(s as f64, levels, mem) * (1.0 + noise * (rng.unit() * 2.0 - 1.0)))
+            .collect()
+    }
+
+    fn boundaries(sizes: &[u64], lat: &[f64]) -> Vec<u64> {
+        let p = infer_plateaus(lat);
+        p[..p.len() - 1].iter().map(|p| sizes[p.last]).collect()
+    }
+
+    const K: f64 = 1024.0;
+    const M: f64 = 1024.0 * 1024.0;
+
+    #[test]
+    fn three_levels_exact_with_noise() {
+        let sizes = sweep_sizes(4096, 32 << 20, 4, 64);
+        let levels = [(32.0 * K, 1.2), (512.0 * K, 4.0), (8.0 * M, 12.0)];
+        for seed in 0..20 {
+            let lat = curve(&sizes, &levels, 90.0, 0.03, seed);
+            let b = boundaries(&sizes, &lat);
+            assert_eq!(b, vec![32 << 10, 512 << 10, 8 << 20], "seed {seed}: {lat:?}");
+        }
+    }
+
+    #[test]
+    fn this_vm_like_curve() {
+        // 32K L1d, 1M L2, 32M L3 as sysfs reports for the development VM.
+        let sizes = sweep_sizes(4096, 128 << 20, 4, 64);
+        let levels = [(32.0 * K, 1.1), (1.0 * M, 3.8), (32.0 * M, 14.0)];
+        let lat = curve(&sizes, &levels, 110.0, 0.02, 7);
+        let b = boundaries(&sizes, &lat);
+        assert_eq!(b, vec![32 << 10, 1 << 20, 32 << 20]);
+        let p = infer_plateaus(&lat);
+        assert!((p[0].latency - 1.1).abs() < 0.1, "{p:?}");
+        assert!(p.last().unwrap().latency > 70.0, "{p:?}");
+    }
+
+    #[test]
+    fn two_levels_big_little() {
+        let sizes = sweep_sizes(4096, 4 << 20, 4, 64);
+        let levels = [(32.0 * K, 2.0), (512.0 * K, 9.0)];
+        let lat = curve(&sizes, &levels, 120.0, 0.02, 3);
+        assert_eq!(boundaries(&sizes, &lat), vec![32 << 10, 512 << 10]);
+    }
+
+    #[test]
+    fn creeping_memory_and_single_spikes_are_not_levels() {
+        let sizes = sweep_sizes(4096, 64 << 20, 4, 64);
+        let levels = [(32.0 * K, 1.2), (256.0 * K, 4.0), (4.0 * M, 12.0)];
+        let mut lat = curve(&sizes, &levels, 80.0, 0.01, 11);
+        // TLB misses: memory latency keeps growing 4 % per step beyond 8 MiB.
+        for (i, s) in sizes.iter().enumerate() {
+            if *s > 8 << 20 {
+                let steps = (*s as f64 / (8.0 * M)).log2() * 4.0;
+                lat[i] *= 1.04f64.powf(steps);
+            }
+        }
+        // One noisy point inside the L1 plateau (+60 %) and one in L2 (+40 %).
+        lat[3] *= 1.6;
+        let i128 = sizes.iter().position(|s| *s == 128 << 10).unwrap();
+        lat[i128] *= 1.4;
+        assert_eq!(boundaries(&sizes, &lat), vec![32 << 10, 256 << 10, 4 << 20]);
+    }
+
+    #[test]
+    fn degenerate_curves() {
+        assert!(infer_plateaus(&[]).is_empty());
+        assert_eq!(infer_plateaus(&[1.0]).len(), 1);
+        assert_eq!(infer_plateaus(&[1.0, 1.0, 1.05, 1.0]).len(), 1);
+        assert!(infer_plateaus(&[1.0, f64::NAN]).is_empty());
+    }
+
+    #[test]
+    fn sattolo_is_one_cycle() {
+        let mut rng = SplitMix64::new(42);
+        for n in [1usize, 2, 3, 10, 1000] {
+            let next = sattolo(n, &mut rng);
+            let mut seen = vec![false; n];
+            let mut i = 0;
+            for _ in 0..n {
+                assert!(!seen[i], "n={n}: revisited {i} early");
+                seen[i] = true;
+                i = next[i];
+            }
+            assert_eq!(i, 0, "n={n}: back at the start after n steps");
+            assert!(seen.iter().all(|s| *s));
+        }
+    }
+
+    #[test]
+    fn sweep_hits_the_powers_of_two() {
+        let s = sweep_sizes(4096, 128 << 20, 4, 64);
+        for p in [4096u64, 32 << 10, 512 << 10, 1 << 20, 32 << 20, 128 << 20] {
+            assert!(s.contains(&p), "{p}");
+        }
+        assert_eq!(s.len(), 15 * 4 + 1);
+        assert!(within_one_step(38 << 10, 32 << 10, 4));
+        assert!(!within_one_step(48 << 10, 32 << 10, 4));
+    }
+
+    #[test]
+    fn chase_follows_the_cycle() {
+        let mut buf = Buffer::new(64 * 100).unwrap();
+        let b = buf.as_mut_slice();
+        let mut rng = SplitMix64::new(1);
+        link(b, 100, 8, &mut rng);
+        assert_eq!(chase(b, 100), 0, "a full cycle returns to line 0");
+        assert_ne!(chase(b, 37), 0);
+    }
+}

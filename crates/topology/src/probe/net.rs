@@ -1,0 +1,97 @@
+//! Loopback TCP: round trip of one byte (`TCP_NODELAY`) and the cost of a
+//! connection (connect until established, accept, close). 127.0.0.1 only;
+//! client and echo server are pinned to the same CPU.
+
+use super::{pin, ProbeError, ProbeOptions};
+use hwqos_core::stats::Summary;
+use serde::{Deserialize, Serialize};
+use std::io::{Read, Write};
+use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct NetResult {
+    /// ns per one-byte request and one-byte reply.
+    pub rtt_ns: Summary,
+    /// ns per `connect` to a listening socket (plus close).
+    pub connect_ns: Summary,
+}
+
+fn io(what: &str) -> impl FnOnce(std::io::Error) -> ProbeError + '_ {
+    move |e| ProbeError::io(what, e)
+}
+
+pub fn run(options: &ProbeOptions) -> Result<NetResult, ProbeError> {
+    let (_pin, cpu) = pin(options)?;
+    let repeats = options.repeats();
+    let overhead = super::timing_overhead_ns();
+    let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).map_err(io("bind 127.0.0.1"))?;
+    let addr: SocketAddr = listener.local_addr().map_err(io("local_addr"))?;
+    let rtt_rounds = options.scaled(2_000);
+    let connects = options.scaled(200);
+    let total_connects = connects * (repeats as u64 + 1);
+    let server = std::thread::spawn(move || -> std::io::Result<()> {
+        let _pin = super::Pinned::to(cpu);
+        let (mut s, _) = listener.accept()?;
+        s.set_nodelay(true)?;
+        let mut b = [0u8; 1];
+        loop {
+            if s.read(&mut b)? == 0 {
+                break;
+            }
+            s.write_all(&b)?;
+        }
+        for _ in 0..total_connects {
+            drop(listener.accept()?);
+        }
+        Ok(())
+    });
+    let result = (|| {
+        let mut c = TcpStream::connect(addr).map_err(io("connect 127.0.0.1"))?;
+        c.set_nodelay(true).map_err(io("TCP_NODELAY"))?;
+        let mut b = [7u8; 1];
+        let mut failed = None;
+        let rtt_ns = super::per_op_ns(repeats, rtt_rounds, overhead, || {
+            if failed.is_none() {
+                if let Err(e) = c.write_all(&b).and_then(|_| c.read_exact(&mut b)) {
+                    failed = Some(e);
+                }
+            }
+        });
+        if let Some(e) = failed {
+            return Err(ProbeError::io("loopback round trip", e));
+        }
+        drop(c);
+        let mut failed = None;
+        let connect_ns = super::per_op_ns(repeats, connects, overhead, || {
+            if failed.is_none() {
+                match TcpStream::connect(addr) {
+                    Ok(s) => drop(s),
+                    Err(e) => failed = Some(e),
+                }
+            }
+        });
+        if let Some(e) = failed {
+            return Err(ProbeError::io("loopback connect", e));
+        }
+        let none = || ProbeError::Other("no samples".into());
+        Ok(NetResult {
+            rtt_ns: rtt_ns.ok_or_else(none)?,
+            connect_ns: connect_ns.ok_or_else(none)?,
+        })
+    })();
+    if result.is_err() {
+        // Unblock the server's accept loop so it can be joined.
+        for _ in 0..total_connects {
+            if TcpStream::connect(addr).is_err() {
+                break;
+            }
+        }
+    }
+    let served = server.join();
+    let r = result?;
+    match served {
+        Ok(Ok(())) => Ok(r),
+        Ok(Err(e)) => Err(ProbeError::io("loopback echo server", e)),
+        Err(_) => Err(ProbeError::Other("loopback echo server panicked".into())),
+    }
+}

@@ -1,0 +1,85 @@
+//! Minor page-fault cost: map anonymous memory (huge pages refused), touch one
+//! byte per page, and divide the time by the pages. The number of faults is
+//! cross-checked with the thread's `getrusage` minor-fault count.
+
+use super::{pin, ProbeError, ProbeOptions};
+use hwqos_core::stats::{summarize, Summary};
+use hwqos_core::time::monotonic_ns;
+use serde::{Deserialize, Serialize};
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PageFaultResult {
+    pub page_size: u64,
+    /// Pages touched per batch.
+    pub pages: u64,
+    /// ns per minor fault (first write to an anonymous page), including the
+    /// zeroing of the page.
+    pub fault_ns: Summary,
+    /// `ru_minflt` per touched page over all batches (1 expected).
+    pub faults_per_page: f64,
+}
+
+fn thread_minflt() -> i64 {
+    // SAFETY: getrusage fills the provided struct.
+    let mut u: libc::rusage = unsafe { std::mem::zeroed() };
+    unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut u) };
+    u.ru_minflt
+}
+
+/// Maps `pages` fresh pages, writes one byte to each, unmaps; returns the ns
+/// the writes took and the minor faults they caused.
+pub fn touch_fresh_pages(pages: usize) -> Result<(f64, i64), ProbeError> {
+    // SAFETY: sysconf has no preconditions.
+    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(4096) as usize;
+    let len = pages * page;
+    // SAFETY: a fresh private anonymous mapping; checked for MAP_FAILED.
+    let p = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        )
+    };
+    if p == libc::MAP_FAILED {
+        return Err(ProbeError::io("mmap", std::io::Error::last_os_error()));
+    }
+    // SAFETY: advice on our mapping (one fault per 4 KiB page, not per 2 MiB).
+    unsafe { libc::madvise(p, len, libc::MADV_NOHUGEPAGE) };
+    let base = p.cast::<u8>();
+    let f0 = thread_minflt();
+    let t0 = monotonic_ns();
+    for i in 0..pages {
+        // SAFETY: inside the mapping.
+        unsafe { std::ptr::write_volatile(base.add(i * page), 1) };
+    }
+    let t1 = monotonic_ns();
+    let faults = thread_minflt() - f0;
+    // SAFETY: unmapping our mapping.
+    unsafe { libc::munmap(p, len) };
+    Ok(((t1 - t0) as f64, faults))
+}
+
+pub fn run(options: &ProbeOptions) -> Result<PageFaultResult, ProbeError> {
+    let (_pin, _cpu) = pin(options)?;
+    let pages = options.scaled(8192) as usize;
+    let repeats = options.repeats();
+    let overhead = super::timing_overhead_ns();
+    touch_fresh_pages(pages.min(256))?;
+    let mut per_fault = Vec::with_capacity(repeats);
+    let mut faults = 0;
+    for _ in 0..repeats {
+        let (ns, f) = touch_fresh_pages(pages)?;
+        per_fault.push((ns - overhead).max(0.0) / pages as f64);
+        faults += f;
+    }
+    Ok(PageFaultResult {
+        // SAFETY: sysconf has no preconditions.
+        page_size: unsafe { libc::sysconf(libc::_SC_PAGESIZE) } as u64,
+        pages: pages as u64,
+        fault_ns: summarize(&per_fault).ok_or_else(|| ProbeError::Other("no samples".into()))?,
+        faults_per_page: faults as f64 / (pages * repeats) as f64,
+    })
+}

@@ -1,0 +1,760 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * sra-test: the /init of the SCHED_SRA test guest.
+ *
+ * Runs as PID 1 in a qemu guest booted from the patched kernel, exercises
+ * the SCHED_SRA class and prints one line per scenario:
+ *
+ *	PASS <scenario> <numbers>
+ *	FAIL <scenario> <what went wrong>
+ *
+ * followed by "SRA-TEST done failures=<n>", then reboots (qemu runs with
+ * -no-reboot, so the guest ends). Built with gcc -static.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/perf_event.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/mount.h>
+#include <sys/prctl.h>
+#include <sys/reboot.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define SCHED_SRA 8
+#define PERIOD_NS 10000000ULL
+#define PAGE 4096UL
+
+struct sched_attr_v1 {
+	uint32_t size;
+	uint32_t sched_policy;
+	uint64_t sched_flags;
+	int32_t sched_nice;
+	uint32_t sched_priority;
+	uint64_t sched_runtime;
+	uint64_t sched_deadline;
+	uint64_t sched_period;
+};
+
+static int failures;
+
+static void result(int ok, const char *name, const char *fmt, ...)
+{
+	va_list ap;
+
+	printf("%s %s ", ok ? "PASS" : "FAIL", name);
+	va_start(ap, fmt);
+	vprintf(fmt, ap);
+	va_end(ap);
+	printf("\n");
+	fflush(stdout);
+	if (!ok)
+		failures++;
+}
+
+static uint64_t now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ULL + ts.tv_nsec;
+}
+
+static uint64_t cpu_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ULL + ts.tv_nsec;
+}
+
+/* Returns 0 or -errno. */
+static int set_policy(pid_t pid, int policy, int prio)
+{
+	struct sched_attr_v1 attr = {
+		.size = sizeof(attr),
+		.sched_policy = policy,
+		.sched_priority = prio,
+	};
+
+	if (syscall(SYS_sched_setattr, pid, &attr, 0))
+		return -errno;
+	return 0;
+}
+
+static int get_policy(pid_t pid)
+{
+	struct sched_attr_v1 attr;
+
+	if (syscall(SYS_sched_getattr, pid, &attr, sizeof(attr), 0))
+		return -errno;
+	return attr.sched_policy;
+}
+
+static void pin(int cpu)
+{
+	cpu_set_t set;
+
+	CPU_ZERO(&set);
+	CPU_SET(cpu, &set);
+	if (sched_setaffinity(0, sizeof(set), &set))
+		perror("sched_setaffinity");
+}
+
+/* Writes a configuration to /proc/<pid>/sched_sra; 0 or -errno. */
+static int sra_write(pid_t pid, const char *cfg)
+{
+	char path[64];
+	int fd, ret = 0;
+
+	snprintf(path, sizeof(path), "/proc/%d/sched_sra", pid);
+	fd = open(path, O_WRONLY);
+	if (fd < 0)
+		return -errno;
+	if (write(fd, cfg, strlen(cfg)) < 0)
+		ret = -errno;
+	close(fd);
+	return ret;
+}
+
+/* Reads "key value" from a file; returns -1 if missing. */
+static long long read_key(const char *path, const char *key)
+{
+	char line[256];
+	size_t len = strlen(key);
+	long long val = -1;
+	FILE *f = fopen(path, "r");
+
+	if (!f)
+		return -1;
+	while (fgets(line, sizeof(line), f)) {
+		if (!strncmp(line, key, len) && line[len] == ' ') {
+			val = strtoll(line + len + 1, NULL, 0);
+			break;
+		}
+	}
+	fclose(f);
+	return val;
+}
+
+static long long sra_stat(pid_t pid, const char *key)
+{
+	char path[64];
+
+	snprintf(path, sizeof(path), "/proc/%d/sched_sra", pid);
+	return read_key(path, key);
+}
+
+static long long global_stat(const char *key)
+{
+	return read_key("/proc/sched_sra", key);
+}
+
+static int perf_open(pid_t pid, uint32_t type, uint64_t config)
+{
+	struct perf_event_attr attr = {
+		.type = type,
+		.size = sizeof(attr),
+		.config = config,
+	};
+
+	return syscall(SYS_perf_event_open, &attr, pid, -1, -1, 0);
+}
+
+static uint64_t perf_value(int fd)
+{
+	uint64_t v = 0;
+
+	if (read(fd, &v, sizeof(v)) != sizeof(v))
+		return 0;
+	return v;
+}
+
+static void *shared_alloc(size_t size)
+{
+	void *p = mmap(NULL, size, PROT_READ | PROT_WRITE,
+		       MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+
+	if (p == MAP_FAILED) {
+		perror("mmap");
+		exit(1);
+	}
+	memset(p, 0, size);
+	return p;
+}
+
+static int wait_child(pid_t pid)
+{
+	int status;
+
+	if (waitpid(pid, &status, 0) != pid)
+		return -1;
+	return WIFEXITED(status) ? WEXITSTATUS(status) : 128;
+}
+
+/*
+ * Page-fault workload: every call touches a page that is not mapped, so
+ * it costs exactly one page fault. The region is recycled with
+ * MADV_DONTNEED, which does not fault.
+ */
+#define TOUCH_PAGES 1024
+static char *touch_region;
+static unsigned long touch_next;
+
+static void touch_init(void)
+{
+	touch_region = mmap(NULL, TOUCH_PAGES * PAGE, PROT_READ | PROT_WRITE,
+			    MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (touch_region == MAP_FAILED) {
+		perror("mmap");
+		exit(1);
+	}
+	touch_next = 0;
+}
+
+static void touch_one(void)
+{
+	if (touch_next == TOUCH_PAGES) {
+		madvise(touch_region, TOUCH_PAGES * PAGE, MADV_DONTNEED);
+		touch_next = 0;
+	}
+	touch_region[touch_next++ * PAGE] = 1;
+}
+
+static char cfg_faults[128];
+
+static void make_fault_cfg(unsigned long quota)
+{
+	snprintf(cfg_faults, sizeof(cfg_faults),
+		 "period_ns=%llu event=%d:%d:%lu", PERIOD_NS,
+		 PERF_TYPE_SOFTWARE, PERF_COUNT_SW_PAGE_FAULTS, quota);
+}
+
+/*
+ * (1) A quota of Q page faults per 10 ms holds over 500 periods and the
+ * task runs again in every period.
+ */
+#define S1_QUOTA 50
+#define S1_PERIODS 500
+struct s1_result {
+	int err;
+	uint64_t touches, oracle_faults, phase;
+	long long throttles, throttled_ns, kernel_periods;
+	int bucket_max, bucket_min, empty_periods;
+	int max_period;
+};
+
+static void s1_child(struct s1_result *r)
+{
+	size_t cap = (S1_PERIODS + 8) * (S1_QUOTA * 2 + 8);
+	uint64_t *ts = malloc(cap * sizeof(*ts));
+	uint64_t start, end, first, i, n = 0;
+	int *buckets = calloc(S1_PERIODS + 16, sizeof(int));
+	int fd, b;
+
+	memset(ts, 0, cap * sizeof(*ts));
+	touch_init();
+	pin(1);
+	make_fault_cfg(S1_QUOTA);
+	r->err = sra_write(0, cfg_faults);
+	if (!r->err)
+		r->err = set_policy(0, SCHED_SRA, 0);
+	if (r->err)
+		exit(1);
+	r->phase = sra_stat(0, "next_refill_ns");
+	fd = perf_open(0, PERF_TYPE_SOFTWARE, PERF_COUNT_SW_PAGE_FAULTS);
+
+	/* Start at a period boundary, run for S1_PERIODS + 2 periods. */
+	first = (now_ns() - r->phase) / PERIOD_NS + 2;
+	start = r->phase + first * PERIOD_NS;
+	end = start + (S1_PERIODS + 1) * PERIOD_NS;
+	while (now_ns() < start)
+		;
+	ioctl(fd, PERF_EVENT_IOC_RESET, 0);
+	while (n < cap) {
+		uint64_t t;
+
+		touch_one();
+		t = now_ns();
+		ts[n++] = t;
+		if (t >= end)
+			break;
+	}
+	r->oracle_faults = perf_value(fd);
+	r->touches = n;
+	r->throttles = sra_stat(0, "nr_throttled");
+	r->throttled_ns = sra_stat(0, "throttled_ns");
+	r->kernel_periods = sra_stat(0, "nr_periods");
+	set_policy(0, SCHED_OTHER, 0);
+
+	for (i = 0; i < n; i++) {
+		if (ts[i] < start)
+			continue;
+		b = (ts[i] - start) / PERIOD_NS;
+		if (b < S1_PERIODS)
+			buckets[b]++;
+	}
+	r->bucket_min = 1 << 30;
+	for (b = 0; b < S1_PERIODS; b++) {
+		if (buckets[b] > r->bucket_max) {
+			r->bucket_max = buckets[b];
+			r->max_period = b;
+		}
+		if (buckets[b] < r->bucket_min)
+			r->bucket_min = buckets[b];
+		if (!buckets[b])
+			r->empty_periods++;
+	}
+	exit(0);
+}
+
+static void scenario_quota(void)
+{
+	struct s1_result *r = shared_alloc(sizeof(*r));
+	pid_t pid = fork();
+	double limit = S1_QUOTA * 1.02;
+
+	if (!pid)
+		s1_child(r);
+	wait_child(pid);
+	if (r->err) {
+		result(0, "sra-quota", "setup failed: %s", strerror(-r->err));
+		return;
+	}
+	result(r->bucket_max <= limit && r->empty_periods == 0 &&
+	       r->touches > 0 && r->oracle_faults >= r->touches - 1 &&
+	       r->throttles >= S1_PERIODS - 10,
+	       "sra-quota",
+	       "quota=%d/10ms periods=%d max_faults_in_period=%d (limit %.0f, period %d) min=%d empty_periods=%d touches=%llu perf_page_faults=%llu nr_throttled=%lld throttled_ms=%lld kernel_periods=%lld",
+	       S1_QUOTA, S1_PERIODS, r->bucket_max, limit, r->max_period,
+	       r->bucket_min, r->empty_periods,
+	       (unsigned long long)r->touches,
+	       (unsigned long long)r->oracle_faults, r->throttles,
+	       r->throttled_ns / 1000000, r->kernel_periods);
+}
+
+/*
+ * (2) A CFS task on the same CPU runs while the SRA task is throttled.
+ * (3) An RT task preempts an SRA task that is never throttled.
+ */
+struct share {
+	volatile int stop;
+	volatile int ready;
+	int err;
+	uint64_t cpu_ns, iterations, done_at, worst_late_ns;
+	long long throttles;
+};
+
+static void busy_until_stop(struct share *s)
+{
+	uint64_t it = 0;
+
+	while (!s->stop)
+		it++;
+	s->iterations = it;
+	s->cpu_ns = cpu_ns();
+}
+
+static void scenario_cfs_runs(void)
+{
+	struct share *sra = shared_alloc(sizeof(*sra));
+	struct share *cfs = shared_alloc(sizeof(*cfs));
+	pid_t ps, pc;
+	uint64_t t0, wall;
+
+	ps = fork();
+	if (!ps) {
+		touch_init();
+		pin(1);
+		make_fault_cfg(S1_QUOTA);
+		sra->err = sra_write(0, cfg_faults);
+		if (!sra->err)
+			sra->err = set_policy(0, SCHED_SRA, 0);
+		sra->ready = 1;
+		while (!sra->stop)
+			touch_one();
+		sra->throttles = sra_stat(0, "nr_throttled");
+		sra->cpu_ns = cpu_ns();
+		exit(0);
+	}
+	while (!sra->ready)
+		usleep(1000);
+	pc = fork();
+	if (!pc) {
+		pin(1);
+		busy_until_stop(cfs);
+		exit(0);
+	}
+	t0 = now_ns();
+	usleep(1000000);
+	sra->stop = 1;
+	cfs->stop = 1;
+	wait_child(ps);
+	wait_child(pc);
+	wall = now_ns() - t0;
+	result(!sra->err && cfs->cpu_ns > wall / 4 && sra->throttles > 10,
+	       "cfs-while-throttled",
+	       "wall_ms=%llu cfs_cpu_ms=%llu sra_cpu_ms=%llu sra_throttles=%lld",
+	       (unsigned long long)wall / 1000000,
+	       (unsigned long long)cfs->cpu_ns / 1000000,
+	       (unsigned long long)sra->cpu_ns / 1000000, sra->throttles);
+}
+
+static void scenario_rt_preempts(void)
+{
+	struct share *sra = shared_alloc(sizeof(*sra));
+	struct share *rt = shared_alloc(sizeof(*rt));
+	struct share *cfs = shared_alloc(sizeof(*cfs));
+	uint64_t sra_end;
+	pid_t ps, pr, pc;
+
+	ps = fork();
+	if (!ps) {
+		pin(1);
+		make_fault_cfg(1000000000UL);
+		sra->err = sra_write(0, cfg_faults);
+		if (!sra->err)
+			sra->err = set_policy(0, SCHED_SRA, 0);
+		sra->ready = 1;
+		busy_until_stop(sra);
+		sra->throttles = sra_stat(0, "nr_throttled");
+		sra->done_at = now_ns();
+		exit(0);
+	}
+	while (!sra->ready)
+		usleep(1000);
+	/* A CFS task on the same CPU must not run while SRA spins. */
+	pc = fork();
+	if (!pc) {
+		pin(1);
+		busy_until_stop(cfs);
+		exit(0);
+	}
+	pr = fork();
+	if (!pr) {
+		int i;
+
+		pin(1);
+		rt->err = set_policy(0, SCHED_FIFO, 10);
+		for (i = 0; i < 200; i++) {
+			uint64_t t = now_ns(), late;
+			struct timespec ts = { 0, 1000000 };
+
+			nanosleep(&ts, NULL);
+			late = now_ns() - t - 1000000;
+			if (late > rt->worst_late_ns)
+				rt->worst_late_ns = late;
+			rt->iterations++;
+		}
+		rt->done_at = now_ns();
+		exit(0);
+	}
+	wait_child(pr);
+	usleep(200000);
+	sra_end = now_ns();
+	cfs->stop = 1;
+	sra->stop = 1;
+	wait_child(ps);
+	wait_child(pc);
+	result(!sra->err && !rt->err && rt->iterations == 200 &&
+	       rt->done_at < sra_end && sra->throttles == 0 &&
+	       cfs->iterations == 0,
+	       "rt-preempts-sra",
+	       "rt_wakeups=%llu rt_worst_wakeup_late_us=%llu rt_done_before_sra_stop=%d sra_throttles=%lld cfs_iterations_during_sra=%llu",
+	       (unsigned long long)rt->iterations,
+	       (unsigned long long)rt->worst_late_ns / 1000,
+	       rt->done_at < sra_end, sra->throttles,
+	       (unsigned long long)cfs->iterations);
+}
+
+/* (4) CFS -> SRA -> CFS 1000 times leaks no counters or timers. */
+static void scenario_switch_leak(void)
+{
+	long long ev0 = global_stat("events"), tm0 = global_stat("timers");
+	long long seen_events = 0, seen_timers = 0;
+	int i, err = 0, bad_policy = 0;
+	pid_t pid = fork();
+
+	if (!pid) {
+		touch_init();
+		pin(1);
+		for (;;)
+			touch_one();
+	}
+	make_fault_cfg(S1_QUOTA);
+	err = sra_write(pid, cfg_faults);
+	for (i = 0; i < 1000 && !err; i++) {
+		err = set_policy(pid, SCHED_SRA, 0);
+		if (err)
+			break;
+		if (get_policy(pid) != SCHED_SRA)
+			bad_policy++;
+		if (i == 500) {
+			seen_events = global_stat("events");
+			seen_timers = global_stat("timers");
+		}
+		err = set_policy(pid, SCHED_OTHER, 0);
+		if (get_policy(pid) != SCHED_OTHER)
+			bad_policy++;
+	}
+	long long ev1 = global_stat("events"), tm1 = global_stat("timers");
+	long long tasks1 = global_stat("tasks");
+
+	kill(pid, SIGKILL);
+	wait_child(pid);
+	long long tasks2 = global_stat("tasks");
+
+	result(!err && !bad_policy && i == 1000 && ev0 == 0 && tm0 == 0 &&
+	       seen_events == ev0 + 1 && seen_timers == tm0 + 1 &&
+	       ev1 == ev0 && tm1 == tm0 && tasks1 == 1 && tasks2 == 0,
+	       "switch-leak",
+	       "switches=%d err=%s live_events(before/in SRA/after)=%lld/%lld/%lld live_timers=%lld/%lld/%lld configs(before exit/after)=%lld/%lld",
+	       i, err ? strerror(-err) : "none", ev0, seen_events, ev1, tm0,
+	       seen_timers, tm1, tasks1, tasks2);
+}
+
+/* (5) Bad parameters give EINVAL, missing privilege EPERM. */
+static void scenario_errors(void)
+{
+	static const struct {
+		const char *cfg;
+		int err;
+	} cases[] = {
+		{ "period_ns=10 event=1:2:50", EINVAL },		/* period too short */
+		{ "period_ns=2000000000 event=1:2:50", EINVAL },	/* too long */
+		{ "period_ns=10000000", EINVAL },			/* no event */
+		{ "period_ns=10000000 event=1:2:0", EINVAL },		/* zero quota */
+		{ "period_ns=10000000 event=1:2", EINVAL },		/* no quota */
+		{ "period_ns=10000000 event=2:1:5", EINVAL },		/* tracepoint */
+		{ "period_ns=10000000 event=1:99:5", EINVAL },		/* no such sw event */
+		{ "period_ns=10000000 event=1:2:1 event=1:2:1 event=1:2:1 event=1:2:1 event=1:2:1", EINVAL },
+		{ "period_ns=abc event=1:2:5", EINVAL },
+		{ "quota=5", EINVAL },
+	};
+	struct share *s = shared_alloc(sizeof(*s));
+	int i, ok = 1, got;
+	char detail[512] = "";
+	pid_t pid;
+
+	for (i = 0; i < (int)(sizeof(cases) / sizeof(cases[0])); i++) {
+		got = sra_write(getpid(), cases[i].cfg);
+		if (got != -cases[i].err) {
+			ok = 0;
+			snprintf(detail + strlen(detail),
+				 sizeof(detail) - strlen(detail),
+				 " [%s]->%s", cases[i].cfg, strerror(-got));
+		}
+	}
+
+	/* SCHED_SRA without a configuration, or with an RT priority. */
+	pid = fork();
+	if (!pid) {
+		s->err = set_policy(0, SCHED_SRA, 0);
+		make_fault_cfg(S1_QUOTA);
+		sra_write(0, cfg_faults);
+		s->iterations = -set_policy(0, SCHED_SRA, 5);
+		exit(0);
+	}
+	wait_child(pid);
+	if (s->err != -EINVAL || s->iterations != EINVAL) {
+		ok = 0;
+		snprintf(detail + strlen(detail), sizeof(detail) - strlen(detail),
+			 " [unconfigured]->%d [prio 5]->%d", s->err,
+			 (int)s->iterations);
+	}
+
+	/* Kernel threads cannot be SRA tasks. */
+	make_fault_cfg(S1_QUOTA);
+	got = sra_write(2, cfg_faults);
+	if (got != -EINVAL) {
+		ok = 0;
+		snprintf(detail + strlen(detail), sizeof(detail) - strlen(detail),
+			 " [kthreadd]->%s", strerror(-got));
+	}
+
+	/* Unprivileged: configuration and policy change give EPERM. */
+	memset(s, 0, sizeof(*s));
+	pid = fork();
+	if (!pid) {
+		if (setgid(65534) || setuid(65534))
+			exit(2);
+		/* Stay the owner of /proc/self after dropping root. */
+		prctl(PR_SET_DUMPABLE, 1);
+		make_fault_cfg(S1_QUOTA);
+		s->err = sra_write(0, cfg_faults);
+		s->iterations = -set_policy(0, SCHED_SRA, 0);
+		exit(0);
+	}
+	got = wait_child(pid);
+	if (got || s->err != -EPERM || s->iterations != EPERM) {
+		ok = 0;
+		snprintf(detail + strlen(detail), sizeof(detail) - strlen(detail),
+			 " [unprivileged] exit=%d write=%d setattr=%d", got,
+			 s->err, -(int)s->iterations);
+	}
+	result(ok, "einval-eperm", "cases=%d%s",
+	       (int)(sizeof(cases) / sizeof(cases[0])) + 4,
+	       ok ? " all gave the expected errno" : detail);
+}
+
+/* (6) fork and exit of SRA tasks leak nothing; SRA is not inherited. */
+static void scenario_fork_exit(void)
+{
+	struct share *s = shared_alloc(sizeof(*s));
+	int i, bad = 0, inherited = 0;
+	pid_t pid;
+
+	make_fault_cfg(S1_QUOTA);
+	for (i = 0; i < 100; i++) {
+		pid = fork();
+		if (!pid) {
+			pid_t c;
+			int st;
+
+			touch_init();
+			if (sra_write(0, cfg_faults) || set_policy(0, SCHED_SRA, 0))
+				exit(3);
+			c = fork();
+			if (!c)
+				exit(get_policy(0) == SCHED_SRA ? 4 : 0);
+			if (waitpid(c, &st, 0) != c || WEXITSTATUS(st))
+				exit(4);
+			/* Exit while SRA, half of them while throttled. */
+			if (i & 1) {
+				int k;
+
+				for (k = 0; k < 200; k++)
+					touch_one();
+			}
+			exit(0);
+		}
+		switch (wait_child(pid)) {
+		case 0:
+			break;
+		case 4:
+			inherited++;
+			break;
+		default:
+			bad++;
+		}
+	}
+	long long tasks = global_stat("tasks"), events = global_stat("events");
+	long long timers = global_stat("timers");
+
+	(void)s;
+	result(!bad && !inherited && tasks == 0 && events == 0 && timers == 0,
+	       "fork-exit-leak",
+	       "sra_tasks=100 children_forked=100 failed=%d children_inheriting_sra=%d live_configs=%lld live_events=%lld live_timers=%lld",
+	       bad, inherited, tasks, events, timers);
+}
+
+/* (7) An SRA task that never reaches its quota runs as fast as under CFS. */
+#define S7_ROUNDS 7
+static int cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+struct s7_result {
+	int err;
+	double cfs[S7_ROUNDS], sra[S7_ROUNDS];
+	long long throttles, faults_per_round;
+};
+
+static double s7_round(long long *faults)
+{
+	uint64_t t0 = now_ns(), it = 0;
+	volatile uint64_t x = 1;
+
+	*faults = 0;
+	while (now_ns() - t0 < 300000000ULL) {
+		int k;
+
+		for (k = 0; k < 2000; k++)
+			x = x * 6364136223846793005ULL + 1442695040888963407ULL;
+		it++;
+		if (!(it & 15)) {
+			touch_one();
+			++*faults;
+		}
+	}
+	return it * 1e9 / (now_ns() - t0);
+}
+
+static void scenario_overhead(void)
+{
+	struct s7_result *r = shared_alloc(sizeof(*r));
+	double cfs[S7_ROUNDS], sra[S7_ROUNDS], ratio;
+	pid_t pid = fork();
+	int i;
+
+	if (!pid) {
+		touch_init();
+		pin(1);
+		make_fault_cfg(1000000UL);
+		r->err = sra_write(0, cfg_faults);
+		for (i = 0; i < S7_ROUNDS && !r->err; i++) {
+			r->cfs[i] = s7_round(&r->faults_per_round);
+			r->err = set_policy(0, SCHED_SRA, 0);
+			r->sra[i] = s7_round(&r->faults_per_round);
+			r->throttles += sra_stat(0, "nr_throttled");
+			set_policy(0, SCHED_OTHER, 0);
+		}
+		exit(0);
+	}
+	wait_child(pid);
+	memcpy(cfs, r->cfs, sizeof(cfs));
+	memcpy(sra, r->sra, sizeof(sra));
+	qsort(cfs, S7_ROUNDS, sizeof(double), cmp_double);
+	qsort(sra, S7_ROUNDS, sizeof(double), cmp_double);
+	ratio = sra[S7_ROUNDS / 2] / cfs[S7_ROUNDS / 2];
+	result(!r->err && r->throttles == 0 && ratio >= 0.97,
+	       "no-quota-overhead",
+	       "rounds=%d x 300ms median_iter_per_s cfs=%.0f sra=%.0f sra/cfs=%.4f (min %.0f/%.0f max %.0f/%.0f) page_faults_per_round=%lld quota=1000000/10ms throttles=%lld",
+	       S7_ROUNDS, cfs[S7_ROUNDS / 2], sra[S7_ROUNDS / 2], ratio,
+	       cfs[0], sra[0], cfs[S7_ROUNDS - 1], sra[S7_ROUNDS - 1],
+	       r->faults_per_round, r->throttles);
+}
+
+int main(int argc, char **argv)
+{
+	setvbuf(stdout, NULL, _IOLBF, 0);
+	if (getpid() == 1) {
+		mkdir("/proc", 0555);
+		if (mount("proc", "/proc", "proc", 0, NULL))
+			perror("mount /proc");
+	}
+	pin(0);
+	printf("SRA-TEST start\n");
+	if (access("/proc/sched_sra", R_OK)) {
+		result(0, "kernel", "no /proc/sched_sra: kernel without SCHED_SRA");
+	} else {
+		scenario_quota();
+		scenario_cfs_runs();
+		scenario_rt_preempts();
+		scenario_switch_leak();
+		scenario_errors();
+		scenario_fork_exit();
+		scenario_overhead();
+	}
+	printf("SRA-TEST done failures=%d\n", failures);
+	fflush(stdout);
+	if (getpid() == 1) {
+		sync();
+		reboot(RB_AUTOBOOT);
+	}
+	return failures ? 1 : 0;
+}
