@@ -73,7 +73,7 @@ if [ "$uninstall" -eq 1 ]; then
     rm -f "$prefix/share/bash-completion/completions/$t" \
       "$prefix/share/zsh/site-functions/_$t" "$prefix/share/fish/vendor_completions.d/$t.fish"
   done
-  rm -f "$sysusers_dir/hwqos.conf"
+  rm -f "$sysusers_dir/hwqos.conf" "$prefix/lib/sysctl.d/50-hwqos.conf"
   sctl daemon-reload
   if [ "$purge" -eq 1 ]; then
     rm -rf /etc/hwqos /var/lib/hwqos
@@ -108,6 +108,15 @@ if command -v systemd-sysusers >/dev/null; then
 elif ! getent passwd hwqos >/dev/null; then
   useradd --system --user-group --home-dir /var/lib/hwqos --no-create-home \
     --shell "$(command -v nologin || echo /bin/false)" --comment "hwqos node agents" hwqos
+fi
+
+# --- kernel.perf_event_paranoid = 2 (see deploy/systemd/hwqos-perf.sysctl) --
+install -d -m 0755 "$prefix/lib/sysctl.d"
+install -m 0644 "$here/systemd/hwqos-perf.sysctl" "$prefix/lib/sysctl.d/50-hwqos.conf"
+if [ -x /lib/systemd/systemd-sysctl ]; then
+  /lib/systemd/systemd-sysctl 50-hwqos.conf || true
+elif command -v sysctl >/dev/null; then
+  sysctl -q -p "$prefix/lib/sysctl.d/50-hwqos.conf" || true
 fi
 
 # --- units (paths rewritten to the prefix) -------------------------------

@@ -23,6 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/ioctl.h>
 #include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/reboot.h>
@@ -729,7 +730,7 @@ static void scenario_overhead(void)
 	       r->faults_per_round, r->throttles);
 }
 
-int main(int argc, char **argv)
+int main(void)
 {
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	if (getpid() == 1) {

@@ -22,6 +22,8 @@ poll() { local n=$1; shift; local i; for ((i = 0; i < n; i++)); do "$@" && retur
 
 api() { printf '%s\n' "$1" | socat -t 10 - UNIX-CONNECT:/run/hwqos/monitor.sock 2>/dev/null; }
 status() { api '{"op":"status"}' | grep '"type":"status"'; }
+status_ok() { status >/dev/null; }
+no_sw_unavailable() { local s; s=$(status) || return 1; ! grep -q '"name":"sw\.' <<<"$s"; }
 field() { sed -n "s/.*\"$1\":\([0-9][0-9]*\).*/\1/p"; }
 metrics() { curl -fsS --max-time 10 http://127.0.0.1:9464/metrics; }
 main_pid() { systemctl show -p MainPID --value hwqos-monitor.service; }
@@ -36,6 +38,7 @@ echo "guest: system state $(systemctl is-system-running)"
 if dpkg -i /root/hwqos.deb; then ok "dpkg -i hwqos.deb"; else bad "dpkg -i hwqos.deb"; finish; fi
 check "user hwqos created (sysusers.d)" getent passwd hwqos
 check "conffile /etc/hwqos/monitor.toml installed" test -f /etc/hwqos/monitor.toml
+check "kernel.perf_event_paranoid lowered to 2 (sysctl.d)" test "$(cat /proc/sys/kernel/perf_event_paranoid)" = 2
 check "man page installed" test -f /usr/share/man/man1/hwqos-monitor.1.gz -o -f /usr/share/man/man1/hwqos-monitor.1
 
 # --- every unit the package enabled becomes active ------------------------
@@ -56,11 +59,12 @@ check "monitor runs as user hwqos" test "$(ps -o user= -p "$pid" | tr -d ' ')" =
 capeff=$(sed -n 's/^CapEff:\s*//p' "/proc/$pid/status")
 # CAP_PERFMON is capability 38: bit 38 = 0x4000000000, nothing else.
 check "monitor's effective capabilities are exactly CAP_PERFMON ($capeff)" test "$capeff" = 0000004000000000
-check "monitor API answers with a status" poll 30 status
+check "monitor API answers with a status" poll 30 status_ok
 check "API socket is hwqos:hwqos 0660" test "$(stat -c '%U:%G %a' /run/hwqos/monitor.sock)" = "hwqos:hwqos 660"
 check "/metrics answers on loopback" poll 30 bash -c 'curl -fsS --max-time 10 http://127.0.0.1:9464/metrics | grep -q "^hwqos_monitor_frames_sampled "'
 check "perf_event counting works (backend perf, per-CPU task-clock)" \
   poll 30 bash -c 'm=$(curl -fsS --max-time 10 http://127.0.0.1:9464/metrics); grep -q "backend=\"perf\"" <<<"$m" && grep -q "^hwqos_sw_task_clock_seconds_per_second{scope=\"cpu\"" <<<"$m"'
+check "no software event unavailable" no_sw_unavailable
 check "at least 20 frames in the database" poll 60 bash -c '[ "$(printf "%s\n" "{\"op\":\"status\"}" | socat -t 10 - UNIX-CONNECT:/run/hwqos/monitor.sock | sed -n "s/.*\"frames_in_db\":\([0-9]*\).*/\1/p")" -ge 20 ]'
 
 # --- reload keeps the data -------------------------------------------------
@@ -124,7 +128,7 @@ if [ -x "$src/deploy/install.sh" ]; then
   if "$src/deploy/install.sh" --bin-dir "$src/bin"; then ok "install.sh"; else bad "install.sh"; fi
   check "install.sh: hwqos-monitor active" poll 60 systemctl is-active --quiet hwqos-monitor.service
   check "install.sh: unit from /usr/local" test "$(systemctl show -p FragmentPath --value hwqos-monitor.service)" = /usr/local/lib/systemd/system/hwqos-monitor.service
-  check "install.sh: monitor API answers" poll 30 status
+  check "install.sh: monitor API answers" poll 30 status_ok
   if "$src/deploy/install.sh" --uninstall; then ok "install.sh --uninstall"; else bad "install.sh --uninstall"; fi
   check "install.sh --uninstall: no agent left" bash -c '! pgrep -x hwqos-monitor >/dev/null'
   check "install.sh --uninstall: config kept" test -f /etc/hwqos/monitor.toml

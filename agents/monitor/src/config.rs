@@ -174,8 +174,54 @@ impl MetricsConfig {
 #[derive(Clone, Debug, PartialEq, Default, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct CpiConfig {
-    /// Cycles per miss at each level for the CPI stack.
+    /// A hardware model written by `hwqos probe --json -o FILE` (relative to
+    /// the config file): its measured per-level latencies give the penalties.
+    pub hardware_model: Option<PathBuf>,
+    /// Cycles per miss at each level for the CPI stack. With a hardware model,
+    /// the keys set here override the model's values.
     pub penalties: CpiPenalties,
+}
+
+impl CpiConfig {
+    /// With `hardware_model` set: anchors a relative path at `base`, loads the
+    /// model and replaces the penalties with the model's, except the keys set
+    /// explicitly in `[cpi.penalties]` of `text`. Errors name the model file.
+    fn resolve(&mut self, text: &str, base: &Path) -> Result<(), String> {
+        let Some(path) = self.hardware_model.as_mut() else {
+            return Ok(());
+        };
+        if path.is_relative() {
+            *path = base.join(&*path);
+        }
+        let model = hwqos_topology::HardwareModel::load(path).map_err(|e| e.to_string())?;
+        let from_model = model.cpi_penalties().ok_or_else(|| {
+            format!(
+                "{}: the hardware model has no measured cache latencies in cycles (create it with `hwqos probe --json -o {}`, which runs the memlat and clock probes)",
+                path.display(),
+                path.display()
+            )
+        })?;
+        let explicit: Vec<String> = toml::from_str::<toml::Table>(text)
+            .ok()
+            .and_then(|t| t.get("cpi")?.get("penalties")?.as_table().cloned())
+            .map(|t| t.keys().cloned().collect())
+            .unwrap_or_default();
+        let table = |p: &CpiPenalties| match toml::Value::try_from(p) {
+            Ok(toml::Value::Table(t)) => Ok(t),
+            other => Err(format!("cannot convert CPI penalties: {other:?}")),
+        };
+        let mut merged = table(&from_model)?;
+        let configured = table(&self.penalties)?;
+        for key in explicit {
+            if let Some(v) = configured.get(&key) {
+                merged.insert(key, v.clone());
+            }
+        }
+        self.penalties = toml::Value::Table(merged)
+            .try_into()
+            .map_err(|e: toml::de::Error| e.to_string())?;
+        Ok(())
+    }
 }
 
 fn default_rate() -> f64 {
@@ -378,6 +424,15 @@ impl Config {
                 *p = base.join(&*p);
             }
         }
+        config
+            .cpi
+            .resolve(text, base)
+            .map_err(|message| ConfigError {
+                file: file.to_path_buf(),
+                position: find_key(text, "cpi.hardware_model"),
+                key: Some("cpi.hardware_model".into()),
+                message,
+            })?;
         config
             .validate(check_event)
             .map_err(|(key, message)| ConfigError {

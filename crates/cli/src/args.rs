@@ -219,7 +219,12 @@ pub struct ProbeArgs {
     )]
     pub diff: Option<Vec<PathBuf>>,
     /// With --diff: relative difference of measured figures that counts (0.1 = 10 %).
-    #[arg(long, default_value_t = 0.10, value_name = "FRACTION", requires = "diff")]
+    #[arg(
+        long,
+        default_value_t = 0.10,
+        value_name = "FRACTION",
+        requires = "diff"
+    )]
     pub tolerance: f64,
     /// Pin the probes to this CPU (default: the last CPU allowed).
     #[arg(long, value_name = "CPU")]

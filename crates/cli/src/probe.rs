@@ -25,7 +25,9 @@ pub fn run(args: &ProbeArgs, out: &mut dyn Write) -> Result<u8> {
     let kinds = parse_kinds(&args.probes)?;
     if let Some(n) = args.repeats {
         if n < 2 {
-            return Err(usage("--repeats must be at least 2 (a spread needs two batches)"));
+            return Err(usage(
+                "--repeats must be at least 2 (a spread needs two batches)",
+            ));
         }
     }
     if args.plot.is_some() && !kinds.contains(&ProbeKind::Memlat) {
@@ -51,6 +53,7 @@ pub fn run(args: &ProbeArgs, out: &mut dyn Write) -> Result<u8> {
             seed: args.seed,
             timer_requests: args.timer_requests,
             timer_max_ms: args.timer_max_ms,
+            memlat_max_bytes: None,
         };
         Some(probe::run(&kinds, &options, |k| {
             eprintln!("hwqos probe: {k} …");
@@ -97,7 +100,9 @@ fn parse_kinds(names: &[String]) -> Result<Vec<ProbeKind>> {
 
 fn run_diff(a: &Path, b: &Path, tolerance: f64, out: &mut dyn Write) -> Result<u8> {
     if !(tolerance.is_finite() && tolerance >= 0.0) {
-        return Err(usage(format!("--tolerance {tolerance}: must be a non-negative fraction")));
+        return Err(usage(format!(
+            "--tolerance {tolerance}: must be a non-negative fraction"
+        )));
     }
     let ma = HardwareModel::load(a).map_err(|e| usage(e.to_string()))?;
     let mb = HardwareModel::load(b).map_err(|e| usage(e.to_string()))?;
@@ -110,7 +115,13 @@ fn run_diff(a: &Path, b: &Path, tolerance: f64, out: &mut dyn Write) -> Result<u
         )?;
         return Ok(0);
     }
-    writeln!(out, "{} difference(s): A = {}, B = {}", diffs.len(), a.display(), b.display())?;
+    writeln!(
+        out,
+        "{} difference(s): A = {}, B = {}",
+        diffs.len(),
+        a.display(),
+        b.display()
+    )?;
     let w = diffs.iter().map(|d| d.path.len()).max().unwrap_or(0);
     for d in &diffs {
         writeln!(out, "  {:<w$}  A: {}  B: {}", d.path, d.a, d.b)?;
@@ -128,7 +139,12 @@ fn fmt_ns(ns: f64) -> String {
     }
 }
 
-fn summary_row(out: &mut dyn Write, name: &str, s: &Summary, fmt: &dyn Fn(f64) -> String) -> Result<()> {
+fn summary_row(
+    out: &mut dyn Write,
+    name: &str,
+    s: &Summary,
+    fmt: &dyn Fn(f64) -> String,
+) -> Result<()> {
     let ci = s
         .ci95
         .map(|c| format!("± {}", fmt(c.half_width)))
@@ -173,7 +189,12 @@ pub fn print_model(model: &HardwareModel, out: &mut dyn Write) -> Result<()> {
 fn print_os(os: &OsInventory, out: &mut dyn Write) -> Result<()> {
     let o = |v: &Option<String>| v.clone().unwrap_or_else(|| "?".into());
     writeln!(out, "\nOS")?;
-    writeln!(out, "  kernel {}, clocksource {}", o(&os.kernel_release), o(&os.clocksource))?;
+    writeln!(
+        out,
+        "  kernel {}, clocksource {}",
+        o(&os.kernel_release),
+        o(&os.clocksource)
+    )?;
     writeln!(
         out,
         "  HZ {} ({}), THP {} (defrag {})",
@@ -194,8 +215,15 @@ fn print_os(os: &OsInventory, out: &mut dyn Write) -> Result<()> {
     writeln!(
         out,
         "  cpufreq governors: {}; isolated CPUs: {}",
-        if govs.is_empty() { "none (no cpufreq driver)".into() } else { govs.join(", ") },
-        os.isolated_cpus.as_deref().filter(|s| !s.is_empty()).unwrap_or("none")
+        if govs.is_empty() {
+            "none (no cpufreq driver)".into()
+        } else {
+            govs.join(", ")
+        },
+        os.isolated_cpus
+            .as_deref()
+            .filter(|s| !s.is_empty())
+            .unwrap_or("none")
     )?;
     let keys = [
         "vm.swappiness",
@@ -212,7 +240,11 @@ fn print_os(os: &OsInventory, out: &mut dyn Write) -> Result<()> {
         .filter_map(|k| os.sysctls.get(*k).map(|v| format!("{k}={v}")))
         .collect();
     writeln!(out, "  {}", shown.join("  "))?;
-    writeln!(out, "  ({} sysctls recorded in the JSON model)", os.sysctls.len())?;
+    writeln!(
+        out,
+        "  ({} sysctls recorded in the JSON model)",
+        os.sysctls.len()
+    )?;
     Ok(())
 }
 
@@ -251,7 +283,12 @@ fn print_measured(m: &Measured, out: &mut dyn Write) -> Result<()> {
     if let Some(c) = &m.ctxswitch {
         summary_row(out, "pipe write+read (no switch)", &c.pipe_pair_ns, &ns)?;
         for (name, p) in [("threads", &c.threads), ("processes", &c.processes)] {
-            summary_row(out, &format!("ping-pong round trip, {name}"), &p.round_trip_ns, &ns)?;
+            summary_row(
+                out,
+                &format!("ping-pong round trip, {name}"),
+                &p.round_trip_ns,
+                &ns,
+            )?;
             summary_row(out, &format!("context switch, {name}"), &p.switch_ns, &ns)?;
             match (p.switches_per_round(), &p.counter_error) {
                 (Some(r), _) => writeln!(
@@ -267,7 +304,11 @@ fn print_measured(m: &Measured, out: &mut dyn Write) -> Result<()> {
     }
     if let Some(b) = &m.bandwidth {
         let gbs = |v: f64| format!("{v:.2} GB/s");
-        writeln!(out, "  bandwidth over {} (single thread):", format_size(b.buffer_bytes))?;
+        writeln!(
+            out,
+            "  bandwidth over {} (single thread):",
+            format_size(b.buffer_bytes)
+        )?;
         summary_row(out, "  read", &b.read_gbs, &gbs)?;
         summary_row(out, "  write", &b.write_gbs, &gbs)?;
         summary_row(out, "  copy", &b.copy_gbs, &gbs)?;
@@ -292,16 +333,24 @@ fn print_measured(m: &Measured, out: &mut dyn Write) -> Result<()> {
             l.points.len(),
             if l.huge_pages_advised { "yes" } else { "no" }
         )?;
-        writeln!(out, "  {:<8} {:>10} {:>10} {:>12} {:>10}", "level", "inferred", "sysfs", "latency", "cycles")?;
+        writeln!(
+            out,
+            "  {:<8} {:>10} {:>10} {:>12} {:>10}",
+            "level", "inferred", "sysfs", "latency", "cycles"
+        )?;
         for lvl in &l.levels {
             writeln!(
                 out,
                 "  {:<8} {:>10} {:>10} {:>12} {:>10}",
                 lvl.name,
                 format_size(lvl.effective_size_bytes),
-                lvl.sysfs_size_bytes.map(format_size).unwrap_or_else(|| "-".into()),
+                lvl.sysfs_size_bytes
+                    .map(format_size)
+                    .unwrap_or_else(|| "-".into()),
                 fmt_ns(lvl.latency_ns),
-                lvl.latency_cycles.map(|c| format!("{c:.1}")).unwrap_or_else(|| "-".into())
+                lvl.latency_cycles
+                    .map(|c| format!("{c:.1}"))
+                    .unwrap_or_else(|| "-".into())
             )?;
         }
         writeln!(
@@ -311,7 +360,9 @@ fn print_measured(m: &Measured, out: &mut dyn Write) -> Result<()> {
             "",
             "",
             fmt_ns(l.memory_latency_ns),
-            l.memory_latency_cycles.map(|c| format!("{c:.1}")).unwrap_or_else(|| "-".into())
+            l.memory_latency_cycles
+                .map(|c| format!("{c:.1}"))
+                .unwrap_or_else(|| "-".into())
         )?;
     }
     if let Some(t) = &m.timer {
@@ -321,7 +372,9 @@ fn print_measured(m: &Measured, out: &mut dyn Write) -> Result<()> {
             t.requests_per_strategy,
             t.max_ms,
             t.seed,
-            t.timer_slack_ns.map(|s| fmt_ns(s as f64)).unwrap_or_else(|| "?".into())
+            t.timer_slack_ns
+                .map(|s| fmt_ns(s as f64))
+                .unwrap_or_else(|| "?".into())
         )?;
         writeln!(
             out,
@@ -360,8 +413,18 @@ pub fn render_latency_svg(m: &probe::memlat::MemLatResult, title: &str) -> Resul
     }
     let x0 = m.points[0].size_bytes as f64 / 1024.0;
     let x1 = m.points[m.points.len() - 1].size_bytes as f64 / 1024.0;
-    let ymin = m.points.iter().map(|p| p.min_ns).fold(f64::INFINITY, f64::min).max(0.01);
-    let ymax = m.points.iter().map(|p| p.median_ns).fold(0.0, f64::max).max(ymin * 2.0);
+    let ymin = m
+        .points
+        .iter()
+        .map(|p| p.min_ns)
+        .fold(f64::INFINITY, f64::min)
+        .max(0.01);
+    let ymax = m
+        .points
+        .iter()
+        .map(|p| p.median_ns)
+        .fold(0.0, f64::max)
+        .max(ymin * 2.0);
     let mut svg = String::new();
     {
         let root = SVGBackend::with_string(&mut svg, (1100, 600)).into_drawing_area();
@@ -421,12 +484,16 @@ pub fn render_latency_svg(m: &probe::memlat::MemLatResult, title: &str) -> Resul
                 let xs = kib(sys);
                 let dashes = (0..40).map(|k| {
                     let f = |j: f64| (ymin * 0.8) * ((ymax * 1.25) / (ymin * 0.8)).powf(j / 40.0);
-                    PathElement::new([(xs, f(k as f64)), (xs, f(k as f64 + 0.5))], GREEN.stroke_width(2))
+                    PathElement::new(
+                        [(xs, f(k as f64)), (xs, f(k as f64 + 0.5))],
+                        GREEN.stroke_width(2),
+                    )
                 });
                 let s = chart.draw_series(dashes).map_err(draw_err)?;
                 if i == 0 {
-                    s.label("sysfs size")
-                        .legend(|(x, y)| PathElement::new([(x, y), (x + 16, y)], GREEN.stroke_width(2)));
+                    s.label("sysfs size").legend(|(x, y)| {
+                        PathElement::new([(x, y), (x + 16, y)], GREEN.stroke_width(2))
+                    });
                 }
             }
         }

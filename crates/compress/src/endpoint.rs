@@ -143,6 +143,12 @@ fn sampler() -> &'static mpsc::SyncSender<SampleJob> {
         std::thread::Builder::new()
             .name("hwqos-sampler".into())
             .spawn(move || {
+                // Samples use idle CPU only: SCHED_IDLE runs this thread when
+                // nothing else wants the CPU, so exploring never delays the
+                // application (best effort: without it, plain priority).
+                let param = libc::sched_param { sched_priority: 0 };
+                // SAFETY: sched_setscheduler on the calling thread (pid 0) with a valid param.
+                let _ = unsafe { libc::sched_setscheduler(0, libc::SCHED_IDLE, &param) };
                 while let Ok(job) = rx.recv() {
                     if let Some(r) = run_sample(job.codec.as_ref(), &job.data) {
                         let _ = job.reply.send(r);
@@ -172,6 +178,8 @@ pub struct Endpoint {
     round_started: Instant,
     budget_ns: Option<u64>,
     spent_ns: u64,
+    /// Sampler time over the stream's life.
+    sample_ns: u64,
     probe_seq: u32,
     pending_probes: VecDeque<(u32, u64)>,
     recv_reports: BTreeMap<CodecId, DecompressReport>,
@@ -228,6 +236,7 @@ impl Endpoint {
             sent_in_round: 0,
             round_started: Instant::now(),
             spent_ns: 0,
+            sample_ns: 0,
             probe_seq: 0,
             pending_probes: VecDeque::new(),
             recv_reports: BTreeMap::new(),
@@ -371,6 +380,7 @@ impl Endpoint {
         self.learner
             .observe_local_decompression(r.codec, r.bytes_in, r.decompress_ns);
         self.spent_ns += r.compress_ns + r.decompress_ns;
+        self.sample_ns += r.compress_ns + r.decompress_ns;
         self.stats.samples += 1;
     }
 
@@ -409,28 +419,6 @@ impl Endpoint {
             self.end_round();
         }
         let start_len = out.len();
-        if self.peer.is_some()
-            && self.config.probe_every > 0
-            && self.stats.messages_sent % u64::from(self.config.probe_every) == 0
-        {
-            let pad = if self.probe_seq % 2 == 1 {
-                self.config.probe_pad
-            } else {
-                0
-            };
-            let sent_ns = self.now_ns();
-            let p = Probe {
-                seq: self.probe_seq,
-                sent_ns,
-                pad,
-            };
-            write_control(FrameKind::Probe, &p.encode(), out);
-            if self.pending_probes.len() >= MAX_PENDING_PROBES {
-                self.pending_probes.pop_front();
-            }
-            self.pending_probes.push_back((self.probe_seq, u64::from(pad)));
-            self.probe_seq = self.probe_seq.wrapping_add(1);
-        }
         self.learner.observe_message_size(msg.len());
         let mut codec_id = self.selector.pick();
         if codec_id != CodecId::NONE && !self.budget_left() {
@@ -459,6 +447,30 @@ impl Endpoint {
                 codec_id = CodecId::NONE;
             }
         }
+        // The probe goes first and is stamped after compression, so its RTT
+        // holds the network and the peer, not this end's compression time.
+        if self.peer.is_some()
+            && self.config.probe_every > 0
+            && self.stats.messages_sent % u64::from(self.config.probe_every) == 0
+        {
+            let pad = if self.probe_seq % 2 == 1 {
+                self.config.probe_pad
+            } else {
+                0
+            };
+            let sent_ns = self.now_ns();
+            let p = Probe {
+                seq: self.probe_seq,
+                sent_ns,
+                pad,
+            };
+            write_control(FrameKind::Probe, &p.encode(), out);
+            if self.pending_probes.len() >= MAX_PENDING_PROBES {
+                self.pending_probes.pop_front();
+            }
+            self.pending_probes.push_back((self.probe_seq, u64::from(pad)));
+            self.probe_seq = self.probe_seq.wrapping_add(1);
+        }
         let payload: &[u8] = if payload_is_scratch { &self.scratch } else { msg };
         let checksum = self.checksum_out.then(|| crc32fast::hash(msg));
         Header {
@@ -475,7 +487,16 @@ impl Endpoint {
         out.extend_from_slice(payload);
 
         if let Some(candidate) = self.selector.explore() {
-            if self.budget_left() {
+            let t = self.selector.tuning();
+            let share = if self.selector.in_burst() {
+                t.burst_share
+            } else {
+                t.explore_share
+            };
+            // The sampler's share is over the stream's life, so a slow
+            // codec's sample is paid back over the following rounds.
+            let elapsed = self.epoch.elapsed().as_nanos() as f64;
+            if self.budget_left() && (self.sample_ns as f64) <= share * elapsed {
                 if let Some(codec) = self.registry.get(candidate).cloned() {
                     match self.config.sampling {
                         Sampling::Background => {

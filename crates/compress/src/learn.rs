@@ -98,20 +98,60 @@ impl CodecEstimate {
     }
 }
 
+/// The last few values, for a median.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Window {
+    values: std::collections::VecDeque<f64>,
+}
+
+impl Window {
+    const LEN: usize = 15;
+
+    pub fn push(&mut self, v: f64) {
+        if self.values.len() == Self::LEN {
+            self.values.pop_front();
+        }
+        self.values.push_back(v);
+    }
+
+    pub fn median(&self) -> Option<f64> {
+        let mut v: Vec<f64> = self.values.iter().copied().collect();
+        if v.is_empty() {
+            return None;
+        }
+        v.sort_by(f64::total_cmp);
+        Some(v[v.len() / 2])
+    }
+
+    pub fn clear(&mut self) {
+        self.values.clear();
+    }
+}
+
 /// What is known about the link.
-#[derive(Clone, Copy, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct NetworkEstimate {
-    /// Round-trip time of small probes.
+    /// Round-trip time of small probes (the thesis' moving average).
     pub rtt_ns: Ewma,
-    /// One-way cost of one more byte (from padded probes).
-    pub link_ns_per_byte: Ewma,
+    /// The last small-probe and padded-probe RTTs, and the padding.
+    pub small_rtts: Window,
+    pub padded_rtts: Window,
+    pub pad: u32,
     /// A configured link cost that overrides the measured one.
     pub fixed_link_ns_per_byte: Option<f64>,
 }
 
 impl NetworkEstimate {
+    /// One-way cost of one more byte: the configured value, else the
+    /// difference of the medians of padded and small probe RTTs over the
+    /// padding (medians: one RTT inflated by a busy peer must not move it).
     pub fn link_ns_per_byte(&self) -> Option<f64> {
-        self.fixed_link_ns_per_byte.or(self.link_ns_per_byte.get())
+        if let Some(v) = self.fixed_link_ns_per_byte {
+            return Some(v);
+        }
+        let small = self.small_rtts.median()?;
+        let padded = self.padded_rtts.median()?;
+        (self.pad > 0).then(|| ((padded - small) / f64::from(self.pad)).max(0.0))
     }
 }
 
@@ -141,7 +181,9 @@ impl Learner {
             codecs: BTreeMap::new(),
             net: NetworkEstimate {
                 rtt_ns: Ewma::new(alpha),
-                link_ns_per_byte: Ewma::new(alpha),
+                small_rtts: Window::default(),
+                padded_rtts: Window::default(),
+                pad: 0,
                 fixed_link_ns_per_byte,
             },
             message_size: Ewma::new(0.05),
@@ -174,6 +216,7 @@ impl Learner {
 
     pub fn observe_rtt(&mut self, rtt_ns: u64) {
         self.net.rtt_ns.update(rtt_ns as f64);
+        self.net.small_rtts.push(rtt_ns as f64);
     }
 
     /// A padded probe of `pad` extra bytes took `rtt_ns`.
@@ -181,10 +224,11 @@ impl Learner {
         if pad == 0 {
             return;
         }
-        if let Some(base) = self.net.rtt_ns.get() {
-            let extra = (rtt_ns as f64 - base).max(0.0);
-            self.net.link_ns_per_byte.update(extra / f64::from(pad));
+        if pad != self.net.pad {
+            self.net.padded_rtts.clear();
+            self.net.pad = pad;
         }
+        self.net.padded_rtts.push(rtt_ns as f64);
     }
 
     pub fn observe_message_size(&mut self, len: usize) {

@@ -14,7 +14,8 @@
 //!   `change_threshold`, the averages restart and the next round samples
 //!   every message (burst), so a content change is re-evaluated within one or
 //!   two rounds. Codecs predicted at more than twice the best time are sampled
-//!   eight times less often. A switch needs a 1% predicted gain (hysteresis).
+//!   32 times less often, and the sampler may use at most 2% of the wall
+//!   time (10% during a burst). A switch needs a 1% predicted gain (hysteresis).
 
 use crate::codec::{CodecId, Registry};
 use crate::learn::Learner;
@@ -83,6 +84,12 @@ pub struct AdaptiveTuning {
     pub change_threshold: f64,
     /// Required predicted gain before switching (hysteresis).
     pub switch_gain: f64,
+    /// Most of a round's wall time the sampler may spend in steady state
+    /// (compression and local decompression of samples).
+    pub explore_share: f64,
+    /// The same during a burst (after a content change, or while some codec
+    /// is still unmeasured).
+    pub burst_share: f64,
 }
 
 impl Default for AdaptiveTuning {
@@ -91,6 +98,8 @@ impl Default for AdaptiveTuning {
             explore_every: 4,
             change_threshold: 0.25,
             switch_gain: 0.01,
+            explore_share: 0.02,
+            burst_share: 0.10,
         }
     }
 }
@@ -256,7 +265,7 @@ impl Selector {
                         .filter(|&c| c != self.chosen)
                         .map(|c| {
                             let slow = learner.predict(c, size).is_some_and(|t| t > 2.0 * t_best);
-                            (c, if slow { 8 } else { 1 })
+                            (c, if slow { 32 } else { 1 })
                         })
                         .collect();
                 }

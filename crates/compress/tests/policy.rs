@@ -44,6 +44,12 @@ fn sim_config(policy: &str) -> StreamConfig {
         policy: policy.parse().unwrap(),
         throttle: None,
         sampling: Sampling::Inline,
+        // The sampler's wall-time share is not limited on the simulated link.
+        adaptive: hwqos_compress::policy::AdaptiveTuning {
+            explore_share: f64::INFINITY,
+            burst_share: f64::INFINITY,
+            ..Default::default()
+        },
         link_ns_per_byte: Some(800.0), // 10 Mbit/s
         round_messages: 100,
         ..Default::default()

@@ -27,6 +27,12 @@ fn config(policy: PolicyKind) -> StreamConfig {
         probe_every: 3,
         checksum: true,
         sampling: Sampling::Inline,
+        // The sampler's wall-time share is not limited on the simulated link.
+        adaptive: hwqos_compress::policy::AdaptiveTuning {
+            explore_share: f64::INFINITY,
+            burst_share: f64::INFINITY,
+            ..Default::default()
+        },
         // A slow link makes compression worthwhile for adaptive/majority.
         link_ns_per_byte: Some(100.0),
         ..Default::default()

@@ -29,4 +29,6 @@ pub mod topology;
 pub use model::{diff, Difference, HardwareModel, ModelError, SCHEMA};
 pub use os::OsInventory;
 pub use probe::{Measured, ProbeKind, ProbeOptions};
-pub use topology::{Cache, CacheDomain, CacheType, Cpu, NumaNode, Package, Topology, TopologyError};
+pub use topology::{
+    Cache, CacheDomain, CacheType, Cpu, NumaNode, Package, Topology, TopologyError,
+};

@@ -243,7 +243,11 @@ pub fn figures(m: &Measured) -> Vec<Figure> {
         }
     };
     if let Some(c) = &m.clock {
-        add("clock.clock_gettime".into(), c.clock_gettime_ns.median, "ns");
+        add(
+            "clock.clock_gettime".into(),
+            c.clock_gettime_ns.median,
+            "ns",
+        );
         if let Some(r) = &c.rdtsc_ns {
             add("clock.rdtsc".into(), r.median, "ns");
         }
@@ -253,19 +257,47 @@ pub fn figures(m: &Measured) -> Vec<Figure> {
     }
     if let Some(s) = &m.syscall {
         add("syscall.getpid".into(), s.getpid_ns.median, "ns");
-        add("syscall.thread_spawn".into(), s.thread_spawn_ns.median, "ns");
-        add("syscall.process_spawn".into(), s.process_spawn_ns.median, "ns");
+        add(
+            "syscall.thread_spawn".into(),
+            s.thread_spawn_ns.median,
+            "ns",
+        );
+        add(
+            "syscall.process_spawn".into(),
+            s.process_spawn_ns.median,
+            "ns",
+        );
     }
     if let Some(c) = &m.ctxswitch {
         add("ctxswitch.pipe_pair".into(), c.pipe_pair_ns.median, "ns");
-        add("ctxswitch.threads.round_trip".into(), c.threads.round_trip_ns.median, "ns");
-        add("ctxswitch.threads.switch".into(), c.threads.switch_ns.median, "ns");
-        add("ctxswitch.processes.round_trip".into(), c.processes.round_trip_ns.median, "ns");
-        add("ctxswitch.processes.switch".into(), c.processes.switch_ns.median, "ns");
+        add(
+            "ctxswitch.threads.round_trip".into(),
+            c.threads.round_trip_ns.median,
+            "ns",
+        );
+        add(
+            "ctxswitch.threads.switch".into(),
+            c.threads.switch_ns.median,
+            "ns",
+        );
+        add(
+            "ctxswitch.processes.round_trip".into(),
+            c.processes.round_trip_ns.median,
+            "ns",
+        );
+        add(
+            "ctxswitch.processes.switch".into(),
+            c.processes.switch_ns.median,
+            "ns",
+        );
     }
     if let Some(l) = &m.memlat {
         for lvl in &l.levels {
-            add(format!("memlat.{}.size", lvl.name), lvl.effective_size_bytes as f64 / 1024.0, "KiB");
+            add(
+                format!("memlat.{}.size", lvl.name),
+                lvl.effective_size_bytes as f64 / 1024.0,
+                "KiB",
+            );
             add(format!("memlat.{}.latency", lvl.name), lvl.latency_ns, "ns");
         }
         add("memlat.memory.latency".into(), l.memory_latency_ns, "ns");
@@ -285,7 +317,11 @@ pub fn figures(m: &Measured) -> Vec<Figure> {
     if let Some(t) = &m.timer {
         for s in &t.strategies {
             add(format!("timer.{}.aesm", s.strategy), s.aesm_ns / 1e3, "us");
-            add(format!("timer.{}.cpu", s.strategy), s.cpu_fraction * 100.0, "%");
+            add(
+                format!("timer.{}.cpu", s.strategy),
+                s.cpu_fraction * 100.0,
+                "%",
+            );
         }
     }
     v

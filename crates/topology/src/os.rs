@@ -155,7 +155,11 @@ pub fn round_hz(rate: f64) -> Option<u32> {
     VALID_HZ
         .iter()
         .copied()
-        .min_by(|a, b| (f64::from(*a) - rate).abs().total_cmp(&(f64::from(*b) - rate).abs()))
+        .min_by(|a, b| {
+            (f64::from(*a) - rate)
+                .abs()
+                .total_cmp(&(f64::from(*b) - rate).abs())
+        })
         .filter(|hz| (f64::from(*hz) - rate).abs() <= 0.1 * f64::from(*hz))
 }
 
@@ -231,9 +235,15 @@ mod tests {
 
     #[test]
     fn selections_and_config() {
-        assert_eq!(selected("always [madvise] never").as_deref(), Some("madvise"));
+        assert_eq!(
+            selected("always [madvise] never").as_deref(),
+            Some("madvise")
+        );
         assert_eq!(selected("never"), None);
-        assert_eq!(config_hz("# x\nCONFIG_HZ_250=y\nCONFIG_HZ=250\n"), Some(250));
+        assert_eq!(
+            config_hz("# x\nCONFIG_HZ_250=y\nCONFIG_HZ=250\n"),
+            Some(250)
+        );
         assert_eq!(config_hz("CONFIG_NO_HZ=y\n"), None);
     }
 

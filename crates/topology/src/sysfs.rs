@@ -133,7 +133,10 @@ mod tests {
 
     #[test]
     fn cpu_lists() {
-        assert_eq!(parse_cpu_list("0-3,8-11").unwrap(), [0, 1, 2, 3, 8, 9, 10, 11]);
+        assert_eq!(
+            parse_cpu_list("0-3,8-11").unwrap(),
+            [0, 1, 2, 3, 8, 9, 10, 11]
+        );
         assert_eq!(parse_cpu_list("0,2\n").unwrap(), [0, 2]);
         assert_eq!(parse_cpu_list("").unwrap(), Vec::<u32>::new());
         assert_eq!(parse_cpu_list("3-1"), None);

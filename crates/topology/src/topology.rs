@@ -176,6 +176,10 @@ const INTERESTING_FLAGS: [&str; 6] = [
     "hypervisor",
 ];
 
+/// What identifies one cache instance across the CPUs listing it:
+/// (level, type, shared CPUs, kernel id).
+type CacheKey = (Option<u8>, CacheType, Vec<u32>, Option<u32>);
+
 /// Upper bound on CPU directories scanned, so a corrupt tree cannot make the
 /// reader run away.
 const MAX_CPUS: usize = sysfs::MAX_CPU as usize + 1;
@@ -188,8 +192,8 @@ impl Topology {
         if ids.is_empty() {
             return Err(TopologyError::NoCpus(root.to_path_buf()));
         }
-        let online_list = sysfs::read_trimmed(&cpu_dir.join("online"))
-            .and_then(|t| parse_cpu_list(&t));
+        let online_list =
+            sysfs::read_trimmed(&cpu_dir.join("online")).and_then(|t| parse_cpu_list(&t));
         let nodes = read_numa_nodes(root)?;
         let node_of: BTreeMap<u32, u32> = nodes
             .iter()
@@ -197,9 +201,7 @@ impl Topology {
             .collect();
 
         let mut cpus = Vec::new();
-        // (level, type, shared cpus, id) → cache
-        let mut caches: BTreeMap<(Option<u8>, CacheType, Vec<u32>, Option<u32>), Cache> =
-            BTreeMap::new();
+        let mut caches: BTreeMap<CacheKey, Cache> = BTreeMap::new();
         for id in ids.into_iter().take(MAX_CPUS) {
             let dir = cpu_dir.join(format!("cpu{id}"));
             let online = match &online_list {
@@ -211,7 +213,8 @@ impl Topology {
                 .or_else(|| sysfs::read_trimmed(&top.join("core_cpus_list")))
                 .and_then(|t| parse_cpu_list(&t))
                 .or_else(|| {
-                    sysfs::read_trimmed(&top.join("thread_siblings")).and_then(|t| parse_cpu_mask(&t))
+                    sysfs::read_trimmed(&top.join("thread_siblings"))
+                        .and_then(|t| parse_cpu_mask(&t))
                 })
                 .filter(|s| !s.is_empty())
                 .unwrap_or_else(|| vec![id]);
@@ -240,8 +243,12 @@ impl Topology {
         }
         let mut caches: Vec<Cache> = caches.into_values().collect();
         caches.sort_by(|a, b| {
-            (a.level, a.kind, a.shared_cpus.first(), a.id)
-                .cmp(&(b.level, b.kind, b.shared_cpus.first(), b.id))
+            (a.level, a.kind, a.shared_cpus.first(), a.id).cmp(&(
+                b.level,
+                b.kind,
+                b.shared_cpus.first(),
+                b.id,
+            ))
         });
         let packages = group_packages(&cpus);
         let (cpu_model, cpu_flags) = read_cpuinfo(&root.join("proc/cpuinfo"));
@@ -262,7 +269,11 @@ impl Topology {
 
     /// The online CPUs, ascending.
     pub fn online_cpus(&self) -> Vec<u32> {
-        self.cpus.iter().filter(|c| c.online).map(|c| c.id).collect()
+        self.cpus
+            .iter()
+            .filter(|c| c.online)
+            .map(|c| c.id)
+            .collect()
     }
 
     pub fn cpu(&self, id: u32) -> Option<&Cpu> {
@@ -352,9 +363,9 @@ impl Topology {
 
     /// The data or unified cache of `level` that `cpu` uses.
     pub fn cache_of(&self, cpu: u32, level: u8) -> Option<&Cache> {
-        self.caches.iter().find(|c| {
-            c.level == Some(level) && c.kind.holds_data() && c.shared_cpus.contains(&cpu)
-        })
+        self.caches
+            .iter()
+            .find(|c| c.level == Some(level) && c.kind.holds_data() && c.shared_cpus.contains(&cpu))
     }
 
     /// Whether the CPU flags say the TSC runs at a constant rate and keeps
@@ -393,7 +404,9 @@ impl Topology {
             s.push_str(&format!(
                 "  {:<4} {:>9}  {:>2} ways  {:>6} sets  {:>3} B lines  CPUs {}\n",
                 c.name(),
-                c.size_bytes.map(sysfs::format_size).unwrap_or_else(|| "?".into()),
+                c.size_bytes
+                    .map(sysfs::format_size)
+                    .unwrap_or_else(|| "?".into()),
                 opt(c.ways),
                 opt(c.sets),
                 opt(c.line_size),
@@ -410,7 +423,10 @@ fn opt<T: ToString>(v: Option<T>) -> String {
 
 /// A non-negative id file; `-1` (unknown) and missing files are `None`.
 fn read_id(path: &Path) -> Option<u32> {
-    sysfs::read_trimmed(path)?.parse::<i64>().ok().and_then(|v| u32::try_from(v).ok())
+    sysfs::read_trimmed(path)?
+        .parse::<i64>()
+        .ok()
+        .and_then(|v| u32::try_from(v).ok())
 }
 
 /// The numbers N of the entries `<prefix>N` in `dir`, ascending. A missing
@@ -443,7 +459,9 @@ fn list_numbered(dir: &Path, prefix: &str) -> Result<Vec<u32>, TopologyError> {
 fn read_cache(dir: &Path, cpu: u32) -> Cache {
     let shared = sysfs::read_trimmed(&dir.join("shared_cpu_list"))
         .and_then(|t| parse_cpu_list(&t))
-        .or_else(|| sysfs::read_trimmed(&dir.join("shared_cpu_map")).and_then(|t| parse_cpu_mask(&t)))
+        .or_else(|| {
+            sysfs::read_trimmed(&dir.join("shared_cpu_map")).and_then(|t| parse_cpu_mask(&t))
+        })
         .filter(|s| !s.is_empty())
         .unwrap_or_else(|| vec![cpu]);
     Cache {

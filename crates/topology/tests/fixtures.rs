@@ -52,7 +52,10 @@ fn this_vm() {
     assert_eq!(sizes(&t, 2), [Some(1024 * K); 2]);
     assert_eq!(sizes(&t, 3), [Some(32768 * K)]);
     let l3 = &t.llc()[0].cache;
-    assert_eq!((l3.ways, l3.sets, l3.line_size), (Some(16), Some(32768), Some(64)));
+    assert_eq!(
+        (l3.ways, l3.sets, l3.line_size),
+        (Some(16), Some(32768), Some(64))
+    );
     assert_eq!(l3.id, Some(0));
     let l1d = &t.l1d()[0].cache;
     assert_eq!(l1d.kind, CacheType::Data);
@@ -140,10 +143,7 @@ fn arm_big_little() {
     assert_eq!(t.cpus.len(), 6);
     assert!(!t.has_smt());
     assert_eq!(t.data_cache_levels(), [1, 2]);
-    assert_eq!(
-        domains(&t, 1),
-        (0..6).map(|c| vec![c]).collect::<Vec<_>>()
-    );
+    assert_eq!(domains(&t, 1), (0..6).map(|c| vec![c]).collect::<Vec<_>>());
     // The LLC is the per-cluster L2.
     assert_eq!(domains(&t, 2), [vec![0, 1, 2, 3], vec![4, 5]]);
     assert_eq!(t.llc(), t.l2());
@@ -220,7 +220,10 @@ fn missing_optional_files_give_absent_fields() {
         .iter()
         .all(|c| c.ways.is_none() && c.sets.is_none() && c.id.is_none()));
     assert!(t.caches.iter().all(|c| c.size_bytes.is_some()));
-    assert!(t.cpus.iter().all(|c| c.die.is_none() && c.capacity.is_none()));
+    assert!(t
+        .cpus
+        .iter()
+        .all(|c| c.die.is_none() && c.capacity.is_none()));
     assert_eq!(t.numa_nodes[0].memory_bytes, None);
     // Domains are still right.
     assert_eq!(domains(&t, 3), [vec![0, 1]]);
@@ -285,10 +288,18 @@ fn the_live_node_matches_its_sysfs() {
     let online = t.online_cpus();
     assert!(!online.is_empty());
     for level in t.data_cache_levels() {
-        let mut covered: Vec<u32> = t.cache_domains(level).into_iter().flat_map(|d| d.cpus).collect();
+        let mut covered: Vec<u32> = t
+            .cache_domains(level)
+            .into_iter()
+            .flat_map(|d| d.cpus)
+            .collect();
         covered.sort_unstable();
         for c in &online {
-            assert_eq!(covered.iter().filter(|x| *x == c).count(), 1, "CPU {c} at L{level}");
+            assert_eq!(
+                covered.iter().filter(|x| *x == c).count(),
+                1,
+                "CPU {c} at L{level}"
+            );
         }
     }
 }

@@ -229,17 +229,21 @@ pub fn threads(
     let (tx, rx) = std::sync::mpsc::channel();
     let partner = std::thread::spawn(move || {
         let pinned = super::Pinned::to(cpu);
-        let _ = tx.send(pinned.as_ref().ok().map(|_| nix::unistd::gettid().as_raw() as u32));
+        let _ = tx.send(
+            pinned
+                .as_ref()
+                .ok()
+                .map(|_| nix::unistd::gettid().as_raw() as u32),
+        );
         if pinned.is_ok() {
             echo(a_read.as_raw_fd(), b_write.as_raw_fd());
         }
         // The pipe ends close here, which ends the driver's reads.
     });
-    let tid = rx
-        .recv()
-        .ok()
-        .flatten()
-        .ok_or_else(|| ProbeError::Other(format!("cannot pin the partner thread to CPU {cpu}")))?;
+    let tid =
+        rx.recv().ok().flatten().ok_or_else(|| {
+            ProbeError::Other(format!("cannot pin the partner thread to CPU {cpu}"))
+        })?;
     let result = drive(
         a_write.as_raw_fd(),
         b_read.as_raw_fd(),

@@ -113,8 +113,7 @@ pub fn infer_plateaus(lat: &[f64]) -> Vec<Plateau> {
         while k + 1 < n && lat[k + 1] > lat[k] * (1.0 + FLAT) {
             k += 1;
         }
-        let persists = lat[k] >= level * MIN_JUMP
-            && (k + 1 >= n || lat[k + 1] >= level * MIN_JUMP);
+        let persists = lat[k] >= level * MIN_JUMP && (k + 1 >= n || lat[k + 1] >= level * MIN_JUMP);
         if persists {
             out.push(Plateau {
                 first: start,
@@ -291,38 +290,49 @@ pub fn run(
         (4, 4, options.repeats.unwrap_or(3))
     };
     let repeats = repeats.max(1);
-    let max = (llc * factor).clamp(MIN_SIZE * 4, MAX_SIZE);
+    let max = options
+        .memlat_max_bytes
+        .unwrap_or(llc * factor)
+        .clamp(MIN_SIZE * 4, MAX_SIZE);
     let sizes = sweep_sizes(MIN_SIZE, max, steps, u64::from(line));
     let mut buffer = Buffer::new(*sizes.last().unwrap_or(&max) as usize)?;
     let buf = buffer.as_mut_slice();
     let stride = line as usize / std::mem::size_of::<usize>();
     let overhead = super::timing_overhead_ns();
-    let mut points = Vec::with_capacity(sizes.len());
-    for &size in &sizes {
-        let lines = (size / u64::from(line)) as usize;
-        let mut rng = SplitMix64::new(options.seed ^ size);
-        link(buf, lines, stride, &mut rng);
-        let (lo, hi) = if options.quick {
-            (1 << 16, 1 << 18)
-        } else {
-            (1 << 18, 1 << 20)
-        };
-        let loads = (2 * lines as u64).clamp(lo, hi);
-        black_box(chase(buf, (lines as u64).min(hi)));
-        let mut per_load = Vec::with_capacity(repeats);
-        for _ in 0..repeats {
+    let (lo, hi) = if options.quick {
+        (1 << 16, 1 << 18)
+    } else {
+        (1 << 18, 1 << 20)
+    };
+    // Whole sweeps are repeated (rather than each size back to back) so that
+    // a burst of interference from other work hits one sweep's points, and the
+    // minimum over sweeps removes it.
+    let mut per_load: Vec<Vec<f64>> = vec![Vec::with_capacity(repeats); sizes.len()];
+    for _ in 0..repeats {
+        for (i, &size) in sizes.iter().enumerate() {
+            let lines = (size / u64::from(line)) as usize;
+            let mut rng = SplitMix64::new(options.seed ^ size);
+            link(buf, lines, stride, &mut rng);
+            let loads = (2 * lines as u64).clamp(lo, hi);
+            black_box(chase(buf, (lines as u64).min(hi)));
             let t0 = monotonic_ns();
             black_box(chase(buf, loads));
             let t1 = monotonic_ns();
-            per_load.push(((t1 - t0) as f64 - overhead).max(0.0) / loads as f64);
+            per_load[i].push(((t1 - t0) as f64 - overhead).max(0.0) / loads as f64);
         }
-        let min_ns = per_load.iter().copied().fold(f64::INFINITY, f64::min);
-        points.push(LatencyPoint {
-            size_bytes: size,
-            min_ns,
-            median_ns: hwqos_core::stats::median(&per_load).unwrap_or(min_ns),
-        });
     }
+    let points: Vec<LatencyPoint> = sizes
+        .iter()
+        .zip(&per_load)
+        .map(|(&size, v)| {
+            let min_ns = v.iter().copied().fold(f64::INFINITY, f64::min);
+            LatencyPoint {
+                size_bytes: size,
+                min_ns,
+                median_ns: hwqos_core::stats::median(v).unwrap_or(min_ns),
+            }
+        })
+        .collect();
     let huge = buffer.huge;
     drop(buffer);
     let tsc_ghz = tsc_hz.map(|h| h / 1e9);
@@ -366,19 +376,10 @@ pub fn levels_of(
         .enumerate()
         .map(|(i, p)| {
             let size = points[p.last].size_bytes;
-            let matched = if sysfs.len() == caches.len() {
-                sysfs.get(i).copied()
-            } else {
-                // Different counts: match by size, within a factor of two.
-                sysfs
-                    .iter()
-                    .copied()
-                    .filter(|(_, s)| s.is_some_and(|s| within_one_step(size, s, 1)))
-                    .min_by(|a, b| {
-                        let d = |s: Option<u64>| (size as f64 / s.unwrap_or(1) as f64).log2().abs();
-                        d(a.1).total_cmp(&d(b.1))
-                    })
-            };
+            // In order: the first boundary is L1d, the next L2, …; boundaries
+            // beyond the sysfs levels (noise or a level sysfs does not show)
+            // stay unnamed.
+            let matched = sysfs.get(i).copied();
             let name = match matched {
                 Some((1, _)) => "L1d".to_string(),
                 Some((l, _)) => format!("L{l}"),
@@ -438,7 +439,11 @@ mod tests {
         for seed in 0..20 {
             let lat = curve(&sizes, &levels, 90.0, 0.03, seed);
             let b = boundaries(&sizes, &lat);
-            assert_eq!(b, vec![32 << 10, 512 << 10, 8 << 20], "seed {seed}: {lat:?}");
+            assert_eq!(
+                b,
+                vec![32 << 10, 512 << 10, 8 << 20],
+                "seed {seed}: {lat:?}"
+            );
         }
     }
 

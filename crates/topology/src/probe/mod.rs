@@ -71,6 +71,9 @@ pub struct ProbeOptions {
     /// Timer probe: requests are uniform in 0..this many ms (default 100,
     /// quick 10).
     pub timer_max_ms: Option<f64>,
+    /// Memory-latency sweep: stop at this working-set size instead of 4× the
+    /// LLC (2× in quick mode).
+    pub memlat_max_bytes: Option<u64>,
 }
 
 impl Default for ProbeOptions {
@@ -82,6 +85,7 @@ impl Default for ProbeOptions {
             seed: DEFAULT_SEED,
             timer_requests: None,
             timer_max_ms: None,
+            memlat_max_bytes: None,
         }
     }
 }
@@ -161,7 +165,10 @@ impl std::str::FromStr for ProbeKind {
             .find(|k| k.name() == s)
             .ok_or_else(|| {
                 let names: Vec<&str> = ProbeKind::ALL.iter().map(|k| k.name()).collect();
-                format!("unknown probe `{s}` (expected one of: {})", names.join(", "))
+                format!(
+                    "unknown probe `{s}` (expected one of: {})",
+                    names.join(", ")
+                )
             })
     }
 }

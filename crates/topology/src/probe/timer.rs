@@ -6,7 +6,7 @@
 
 use super::{pin, ProbeError, ProbeOptions, SplitMix64};
 use hwqos_core::ticker::{
-    sleep_for, thread_timer_slack, SleepErrorStats, SleepStrategy, SlackEstimator,
+    sleep_for, thread_timer_slack, SlackEstimator, SleepErrorStats, SleepStrategy,
     DEFAULT_HYBRID_SPIN_NS,
 };
 use hwqos_core::time::{monotonic_ns, thread_cpu_ns};
@@ -55,9 +55,7 @@ pub fn strategies() -> [SleepStrategy; 5] {
 /// The request series (ns): `n` values uniform in [0, max_ms) ms.
 pub fn requests(n: usize, max_ms: f64, seed: u64) -> Vec<u64> {
     let mut rng = SplitMix64::new(seed);
-    (0..n)
-        .map(|_| (rng.unit() * max_ms * 1e6) as u64)
-        .collect()
+    (0..n).map(|_| (rng.unit() * max_ms * 1e6) as u64).collect()
 }
 
 /// Sleeps every request with `strategy` and summarizes the errors.
@@ -128,6 +126,9 @@ mod tests {
         assert_ne!(a, requests(1000, 100.0, 6));
         assert!(a.iter().all(|r| *r < 100_000_000));
         let mean = a.iter().sum::<u64>() as f64 / a.len() as f64;
-        assert!((mean - 50e6).abs() < 5e6, "uniform 0-100 ms has mean ≈ 50 ms: {mean}");
+        assert!(
+            (mean - 50e6).abs() < 5e6,
+            "uniform 0-100 ms has mean ≈ 50 ms: {mean}"
+        );
     }
 }

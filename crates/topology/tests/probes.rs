@@ -1,0 +1,114 @@
+//! Live probes on the machine that runs the tests, checked against answers
+//! the kernel or the machine's own sysfs gives — never against a duration:
+//!
+//! - ping-pong: the kernel's `sw.context_switches` counter (perf software
+//!   event) sees 2 switches per round trip;
+//! - page faults: `getrusage` sees one minor fault per touched page;
+//! - pointer chase: the inferred L1d boundary is the sysfs L1d size (within
+//!   one sweep step), and the next boundary lies between L1d and the sysfs L2
+//!   size (shared VMs show a smaller effective L2 than sysfs; see docs/probe.md);
+//! - timers: no strategy wakes before its deadline.
+
+use hwqos_topology::probe::{self, ctxswitch, memlat, pagefault, timer, ProbeOptions};
+use hwqos_topology::Topology;
+
+/// Extra switches allowed per 1000 expected: preemption by other work on the
+/// CPU adds involuntary switches on a busy machine; none can be missing.
+const SLACK_PER_MILLE: u64 = 50;
+
+fn check_switches(what: &str, counted: Result<u64, String>, rounds: u64) {
+    let counted = counted.unwrap_or_else(|e| {
+        panic!("{what}: the sw.context_switches counter is unavailable ({e}); run as root or with perf_event_paranoid <= 1")
+    });
+    let expected = 2 * rounds;
+    assert!(
+        counted + 2 >= expected && counted <= expected + 20 + expected * SLACK_PER_MILLE / 1000,
+        "{what}: {counted} switches counted for {rounds} round trips (expected {expected})"
+    );
+}
+
+#[test]
+fn thread_ping_pong_is_two_counted_switches_per_round_trip() {
+    let cpu = probe::default_cpu();
+    let _pin = probe::Pinned::to(cpu).unwrap();
+    let rounds = 2000;
+    let (times, counted) = ctxswitch::threads(cpu, 2, rounds, 0.0).unwrap();
+    assert_eq!(times.len(), 2);
+    check_switches("threads", counted, 2 * rounds);
+}
+
+#[test]
+fn process_ping_pong_is_two_counted_switches_per_round_trip() {
+    let cpu = probe::default_cpu();
+    let _pin = probe::Pinned::to(cpu).unwrap();
+    let rounds = 2000;
+    let (_, counted) = ctxswitch::processes(2, rounds, 0.0).unwrap();
+    check_switches("processes", counted, 2 * rounds);
+}
+
+#[test]
+fn one_minor_fault_per_fresh_page() {
+    let pages = 2048;
+    let (_, faults) = pagefault::touch_fresh_pages(pages).unwrap();
+    assert!(
+        faults >= pages as i64 && faults <= pages as i64 + 8,
+        "{faults} minor faults for {pages} fresh pages"
+    );
+}
+
+#[test]
+fn pointer_chase_finds_the_sysfs_l1d_and_an_l2_within_sysfs_l2() {
+    let topo = Topology::this_node().unwrap();
+    let cpu = probe::default_cpu();
+    let Some(l1d) = topo.cache_of(cpu, 1).and_then(|c| c.size_bytes) else {
+        panic!("this machine's sysfs shows no L1d size for CPU {cpu}");
+    };
+    // Up to 4× the L2 is enough for both boundaries (the full sweep to 4× the
+    // LLC is what `hwqos probe memlat` runs).
+    let l2 = topo.cache_of(cpu, 2).and_then(|c| c.size_bytes);
+    let options = ProbeOptions {
+        cpu: Some(cpu),
+        repeats: Some(3),
+        memlat_max_bytes: Some(l2.unwrap_or(l1d * 16) * 4),
+        ..ProbeOptions::default()
+    };
+    let r = memlat::run(&options, Some(&topo), None).unwrap();
+    let first = r.levels.first().expect("at least one cache level inferred");
+    assert_eq!(first.name, "L1d");
+    assert!(
+        memlat::within_one_step(first.effective_size_bytes, l1d, r.steps_per_octave),
+        "L1d inferred at {} B, sysfs says {l1d} B; curve: {:?}",
+        first.effective_size_bytes,
+        r.points
+    );
+    if let Some(l2) = l2 {
+        let second = r.levels.get(1).expect("a second level inferred");
+        let upper = l2 as f64 * 2f64.powf(1.0 / f64::from(r.steps_per_octave));
+        assert!(
+            second.effective_size_bytes > l1d && second.effective_size_bytes as f64 <= upper,
+            "L2 inferred at {} B, sysfs says {l2} B",
+            second.effective_size_bytes
+        );
+        assert!(second.latency_ns > first.latency_ns);
+    }
+    assert!(r.levels.last().unwrap().latency_ns > first.latency_ns);
+}
+
+#[test]
+fn no_sleep_strategy_wakes_early() {
+    let series = timer::requests(20, 2.0, 9);
+    for s in timer::strategies() {
+        let a = timer::measure(&s, &series).unwrap();
+        assert_eq!(a.requests, 20);
+        assert!(a.aesm_ns >= 0.0 && a.resm >= 0.0, "{s}: {a:?}");
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[test]
+fn tsc_counts_forward() {
+    let a = probe::clock::rdtsc().unwrap();
+    let b = probe::clock::rdtsc().unwrap();
+    assert!(b > a);
+    assert!(probe::clock::tsc_rate(5).unwrap() > 1e6);
+}

@@ -1,0 +1,102 @@
+#!/usr/bin/env python3
+"""Spread of `hwqos probe` figures across repeated runs.
+
+For every key figure (the medians `hwqos probe` reports) in the default runs
+DIR/default-*.json: the median over runs, min and max, and the spread
+(max - min) / min. A figure meets the issue's "medians within 10 % of each
+other" when the spread is <= 10 %. Also the run times from DIR/runs.tsv.
+
+    python3 docs/experiments/probe_spread.py DIR > DIR/spread.md
+"""
+import glob
+import json
+import statistics
+import sys
+
+
+def figures(m):
+    """The same figures as hwqos_topology::model::figures (medians)."""
+    out = {}
+    me = m.get("measured") or {}
+    c = me.get("clock")
+    if c:
+        out["clock.clock_gettime ns"] = c["clock_gettime_ns"]["median"]
+        if c.get("rdtsc_ns"):
+            out["clock.rdtsc ns"] = c["rdtsc_ns"]["median"]
+        if c.get("tsc_hz"):
+            out["clock.tsc_rate MHz"] = c["tsc_hz"] / 1e6
+    s = me.get("syscall")
+    if s:
+        out["syscall.getpid ns"] = s["getpid_ns"]["median"]
+        out["syscall.thread_spawn ns"] = s["thread_spawn_ns"]["median"]
+        out["syscall.process_spawn ns"] = s["process_spawn_ns"]["median"]
+    x = me.get("ctxswitch")
+    if x:
+        out["ctxswitch.pipe_pair ns"] = x["pipe_pair_ns"]["median"]
+        for k in ("threads", "processes"):
+            out[f"ctxswitch.{k}.switch ns"] = x[k]["switch_ns"]["median"]
+            if x[k].get("counted_switches") is not None:
+                out[f"ctxswitch.{k}.counted_per_round"] = x[k]["counted_switches"] / x[k]["rounds"]
+    l = me.get("memlat")
+    if l:
+        for lv in l["levels"]:
+            out[f"memlat.{lv['name']}.size KiB"] = lv["effective_size_bytes"] / 1024
+            out[f"memlat.{lv['name']}.latency ns"] = lv["latency_ns"]
+        out["memlat.memory.latency ns"] = l["memory_latency_ns"]
+    b = me.get("bandwidth")
+    if b:
+        for k in ("read", "write", "copy"):
+            out[f"bandwidth.{k} GB/s"] = b[f"{k}_gbs"]["median"]
+    p = me.get("pagefault")
+    if p:
+        out["pagefault.minor ns"] = p["fault_ns"]["median"]
+    n = me.get("net")
+    if n:
+        out["net.tcp_rtt ns"] = n["rtt_ns"]["median"]
+        out["net.tcp_connect ns"] = n["connect_ns"]["median"]
+    t = me.get("timer")
+    if t:
+        for st in t["strategies"]:
+            out[f"timer.{st['strategy']}.aesm us"] = st["aesm_ns"] / 1e3
+    return out
+
+
+def main():
+    d = sys.argv[1]
+    runs = sorted(glob.glob(f"{d}/default-*.json"))
+    models = [json.load(open(r)) for r in runs]
+    figs = [figures(m) for m in models]
+    names = [k for k in figs[0] if all(k in f for f in figs)]
+    print(f"# `hwqos probe` repeatability: {len(runs)} default runs\n")
+    m0 = models[0]
+    print(f"Machine: {m0.get('cpu_model')}, kernel {m0['os'].get('kernel_release')}, "
+          f"{len(m0['topology']['cpus'])} CPUs; probes pinned to CPU {m0['measured']['cpu']}.\n")
+    try:
+        rows = [l.rstrip("\n").split("\t") for l in open(f"{d}/runs.tsv")][1:]
+        for kind in ("default", "quick"):
+            w = [float(r[2]) for r in rows if r[0] == kind]
+            loads = [r[3] for r in rows if r[0] == kind]
+            if w:
+                print(f"- `{kind}` wall time: min {min(w):.1f} s, median {statistics.median(w):.1f} s, "
+                      f"max {max(w):.1f} s over {len(w)} runs (1-min load before each: {', '.join(loads)})")
+        print()
+    except FileNotFoundError:
+        pass
+    print("| figure | median of runs | min | max | spread (max-min)/min | within 10 % |")
+    print("|---|---:|---:|---:|---:|:---:|")
+    ok = 0
+    for k in names:
+        v = [f[k] for f in figs]
+        lo, hi = min(v), max(v)
+        spread = (hi - lo) / lo if lo > 0 else float("inf")
+        good = spread <= 0.10
+        ok += good
+        print(f"| {k} | {statistics.median(v):.4g} | {lo:.4g} | {hi:.4g} | {spread*100:.1f} % | {'yes' if good else 'NO'} |")
+    print(f"\n{ok} of {len(names)} figures have run medians within 10 % of each other.")
+    dropped = sorted(set().union(*figs) - set(names))
+    if dropped:
+        print(f"\nFigures not present in every run (a level inferred in some runs only): {', '.join(dropped)}")
+
+
+if __name__ == "__main__":
+    main()
