@@ -145,9 +145,12 @@ case ${HWQOS_BOOT_ACCEL:-auto} in
   tcg) ;;
   auto)
     if [ -r /dev/kvm ] && [ -w /dev/kvm ]; then
-      (timeout 60 qemu-system-x86_64 -accel kvm -cpu host -machine q35 -m 256 \
-        -display none -nodefaults -no-reboot -kernel "$work/vmlinuz" \
-        -append "console=ttyS0 panic=-1" -serial "file:$work/kvm-probe.log") >/dev/null 2>&1 || true
+      # In a child shell, so its report of qemu's abort (seen with nested
+      # KVM) does not reach this script's output.
+      bash -c 'timeout 60 qemu-system-x86_64 -accel kvm -cpu host -machine q35 -m 256 \
+        -display none -nodefaults -no-reboot -kernel "$1" \
+        -append "console=ttyS0 panic=-1" -serial "file:$2"; true' \
+        probe "$work/vmlinuz" "$work/kvm-probe.log" >/dev/null 2>&1
       if grep -q 'Kernel panic' "$work/kvm-probe.log" 2>/dev/null; then
         accel=(-accel kvm -cpu host)
       fi

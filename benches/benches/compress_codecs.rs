@@ -49,13 +49,17 @@ fn codecs(c: &mut Criterion) {
             let codec = reg.get(id).unwrap();
             let mut packed = Vec::new();
             codec.compress(&msg, &mut packed).unwrap();
-            g.bench_with_input(BenchmarkId::from_parameter(codec.name()), &packed, |b, p| {
-                let mut out = Vec::new();
-                b.iter(|| {
-                    codec.decompress(black_box(p), size, &mut out).unwrap();
-                    out.len()
-                })
-            });
+            g.bench_with_input(
+                BenchmarkId::from_parameter(codec.name()),
+                &packed,
+                |b, p| {
+                    let mut out = Vec::new();
+                    b.iter(|| {
+                        codec.decompress(black_box(p), size, &mut out).unwrap();
+                        out.len()
+                    })
+                },
+            );
         }
         g.finish();
     }
@@ -64,7 +68,12 @@ fn codecs(c: &mut Criterion) {
 fn trained_learner() -> Learner {
     let mut l = Learner::new(0.3, Some(80.0));
     for id in Registry::standard().ids().into_iter().skip(1) {
-        l.observe_compression(id, 1000, 300 + u64::from(id.0) as usize * 20, 1000 * u64::from(id.0));
+        l.observe_compression(
+            id,
+            1000,
+            300 + u64::from(id.0) as usize * 20,
+            1000 * u64::from(id.0),
+        );
         l.observe_local_decompression(id, 1000, 300);
     }
     l.observe_message_size(400);
@@ -77,7 +86,11 @@ fn decision(c: &mut Criterion) {
     let reg = Registry::standard();
     let learner = trained_learner();
     let mut g = c.benchmark_group("decision");
-    for kind in [PolicyKind::Adaptive, PolicyKind::Majority, PolicyKind::RoundRobin] {
+    for kind in [
+        PolicyKind::Adaptive,
+        PolicyKind::Majority,
+        PolicyKind::RoundRobin,
+    ] {
         let mut s = Selector::new(kind.clone(), reg.ids(), &reg, 5);
         s.start_round(&learner, false);
         g.bench_function(format!("pick_{kind}"), |b| {
@@ -101,7 +114,8 @@ fn decision(c: &mut Criterion) {
     let (mut ha, mut hb) = (Vec::new(), Vec::new());
     a.write_hello(&mut ha);
     peer.write_hello(&mut hb);
-    a.accept_hello(parse_all(&hb, a.limits()).unwrap().remove(0)).unwrap();
+    a.accept_hello(parse_all(&hb, a.limits()).unwrap().remove(0))
+        .unwrap();
     let msg = dp_message(400);
     let mut out = Vec::with_capacity(2048);
     g.bench_function("encode_400B_uncompressed", |b| {

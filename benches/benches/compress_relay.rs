@@ -14,7 +14,10 @@ fn config(mode: Mode, connect: String, policy: &str) -> Config {
         connect,
         policy: policy.parse().unwrap(),
         cpu_target: 0.0,
-        metrics: hwqos_relay::config::MetricsConfig { listen: String::new() },
+        drain_timeout_ms: 100,
+        metrics: hwqos_relay::config::MetricsConfig {
+            listen: String::new(),
+        },
         ..Config::default()
     }
 }
@@ -52,11 +55,16 @@ fn relay(c: &mut Criterion) {
                     });
                 }
             });
-            let far = hwqos_relay::start(config(Mode::Decompress, echo, policy)).await.unwrap();
-            let near = hwqos_relay::start(config(Mode::Compress, far.listen_addr.to_string(), policy))
+            let far = hwqos_relay::start(config(Mode::Decompress, echo, policy))
                 .await
                 .unwrap();
-            let c = tokio::net::TcpStream::connect(near.listen_addr).await.unwrap();
+            let near =
+                hwqos_relay::start(config(Mode::Compress, far.listen_addr.to_string(), policy))
+                    .await
+                    .unwrap();
+            let c = tokio::net::TcpStream::connect(near.listen_addr)
+                .await
+                .unwrap();
             c.set_nodelay(true).unwrap();
             (c, near, far)
         });

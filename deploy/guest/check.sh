@@ -106,6 +106,10 @@ if systemctl cat hwqos-relay.service >/dev/null 2>&1; then
   journalctl -u hwqos-relay.service --no-pager -o cat | tail -5 | sed 's/^/journal: /'
 fi
 
+check "no restart of hwqos-monitor (watchdog pings arrived)" test "$(systemctl show -p NRestarts --value hwqos-monitor.service)" = 0
+check "the unit's watchdog is armed (WatchdogUSec=30s)" test "$(systemctl show -p WatchdogUSec --value hwqos-monitor.service)" = 30s
+check "STATUS= line reported" bash -c 'systemctl show -p StatusText --value hwqos-monitor.service | grep -q "^sampling at "'
+
 # --- clean stop -------------------------------------------------------------
 if systemctl stop hwqos-monitor.service; then ok "systemctl stop"; else bad "systemctl stop"; fi
 check "stop result is success" test "$(systemctl show -p Result --value hwqos-monitor.service)" = success

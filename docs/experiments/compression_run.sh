@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Compression experiments (thesis 7.4.1-7.4.4) on network namespaces, veth
-# and tc shaping. Writes docs/experiments/results/compression_*.
+# and tc netem (or a user-space link emulator). Writes docs/experiments/results/compression_*.
 #
 #   sudo docs/experiments/compression_run.sh            # ~10 minutes
 #   sudo SCALE=5 docs/experiments/compression_run.sh    # 5x the messages (content change at 5,000)
@@ -8,10 +8,10 @@
 # Only loopback and the namespaces hwqos-c-a / hwqos-c-b (10.231.77.1-2 on a
 # veth pair) are used; everything is removed on exit.
 #
-# Link profiles: with `netem` (CONFIG_NET_SCH_NETEM) the rate and a delay per
-# direction are set with netem, so the base RTT is twice the profile's delay.
-# Kernels without netem (this VM's 6.18 kernel has CONFIG_NET_SCH_NETEM unset)
-# get the rate from `tbf` and no added delay; the script says which it used.
+# Link profiles (rate, one-way delay; the base RTT is twice the delay): with
+# netem (CONFIG_NET_SCH_NETEM) on the veth pair; kernels without netem (this
+# VM's 6.18 kernel has it unset) use the user-space emulator `rtt_experiment
+# linkemu` in front of the veth pair. The script says which it used.
 set -euo pipefail
 
 SCALE="${SCALE:-1}"
@@ -45,26 +45,27 @@ for ns in "$A" "$B"; do ip -n "$ns" link set lo up; done
 ip -n "$A" link set hwqos-c-va up
 ip -n "$B" link set hwqos-c-vb up
 
-# Shaping on both ends: netem (rate + per-direction delay) where the kernel
-# has it, else tbf (rate only).
+# Link emulation: netem on both veth ends (rate + per-direction delay) where
+# the kernel has it; otherwise the user-space emulator (`rtt_experiment
+# linkemu`, in namespace A, forwarding over the veth pair), because tbf/htb
+# only limit sustained throughput and do not delay an isolated message.
 if tc -n "$A" qdisc replace dev hwqos-c-va root netem delay 1ms 2>/dev/null; then
     shaper=netem
+    tc -n "$A" qdisc del dev hwqos-c-va root
+    target=10.231.77.2:47400
 else
-    shaper=tbf
+    shaper=linkemu
+    target=127.0.0.1:47500
 fi
-echo "compression_run: shaping with $shaper" | tee "$out/compression_shaper.txt"
-qdisc() { # RATE DELAY -> the qdisc arguments
+echo "compression_run: link emulation with $shaper" | tee "$out/compression_shaper.txt"
+mbit() { case "$1" in 10mbit) echo 10 ;; 100mbit) echo 100 ;; 1gbit) echo 1000 ;; esac; }
+usec() { echo "$1" | sed -e 's/ms$//' | awk '{print $1 * 1000}'; }
+link_cmd() { # RATE DELAY -> shell command (also used by --at hooks)
     if [ "$shaper" = netem ]; then
-        echo "netem rate $1 delay $2 limit 100000"
+        echo "tc -n $A qdisc replace dev hwqos-c-va root netem rate $1 delay $2 limit 100000; tc -n $B qdisc replace dev hwqos-c-vb root netem rate $1 delay $2 limit 100000"
     else
-        case "$1" in
-            10mbit) burst=5kb ;; 100mbit) burst=20kb ;; *) burst=200kb ;;
-        esac
-        echo "tbf rate $1 burst $burst latency 1s"
+        echo "echo $(mbit "$1") $(usec "$2") > $work/link; sleep 0.3"
     fi
-}
-link_cmd() { # RATE DELAY -> shell command setting both ends (also for --at hooks)
-    echo "tc -n $A qdisc replace dev hwqos-c-va root $(qdisc "$1" "$2"); tc -n $B qdisc replace dev hwqos-c-vb root $(qdisc "$1" "$2")"
 }
 link() { sh -c "$(link_cmd "$1" "$2")"; }
 
@@ -72,6 +73,12 @@ ip netns exec "$B" "$bin" server --listen 10.231.77.2:47400 2>/dev/null &
 pids+=($!)
 ip netns exec "$B" "$bin" server --listen 127.0.0.1:47401 2>/dev/null &
 pids+=($!)
+if [ "$shaper" = linkemu ]; then
+    echo "1000 0" > "$work/link"
+    ip netns exec "$A" "$bin" linkemu --listen 127.0.0.1:47500 --connect 10.231.77.2:47400 \
+        --rate-mbit 1000 --delay-us 0 --control "$work/link" 2>/dev/null &
+    pids+=($!)
+fi
 sleep 0.5
 
 policies=(one:none one:lz4 one:snappy one:zstd-1 one:zstd-3 one:zstd-9 one:lzma-0 one:lzma-6
@@ -89,9 +96,9 @@ run() { # LABEL NS ADDR MESSAGES POLICY DATASET [extra client args]
 # 7.4.1/7.4.2: mean RTT per link profile, data set and policy. Policies are
 # interleaved per data set so slow drift on the shared VM hits all alike.
 profiles=("loopback|$B|127.0.0.1:47401|-|-|2000"
-          "1gbit-0.2ms|$A|10.231.77.2:47400|1gbit|0.2ms|1500"
-          "100mbit-1ms|$A|10.231.77.2:47400|100mbit|1ms|800"
-          "10mbit-5ms|$A|10.231.77.2:47400|10mbit|5ms|300")
+          "1gbit-0.2ms|$A|$target|1gbit|0.2ms|1500"
+          "100mbit-1ms|$A|$target|100mbit|1ms|800"
+          "10mbit-5ms|$A|$target|10mbit|5ms|300")
 for prof in "${profiles[@]}"; do
     IFS='|' read -r label ns addr rate delay n <<<"$prof"
     [ "$rate" != "-" ] && link "$rate" "$delay"
@@ -111,20 +118,21 @@ mkdir -p "$out/compression_change"
 for p in "${policies[@]}"; do
     echo "compression_run: change run $p"
     link 100mbit 1ms
-    run "change" "$A" 10.231.77.2:47400 "$total" "$p" d1 --change-at "$change" --change-to dp \
+    run "change" "$A" "$target" "$total" "$p" d1 --change-at "$change" --change-to dp \
         --at "$bw:$(link_cmd 10mbit 5ms)" --csv "$out/compression_change/${p//:/_}.csv"
 done
 
-# 7.4.4: CPU burner (one busy process = half of this 2-CPU VM) from message
-# 1000*SCALE to 2000*SCALE, throttle target 0.5.
-link 100mbit 1ms
+# 7.4.4: CPU burner. Messages paced at one per 500 us on loopback (30,000,
+# 15 s); policy one:bzip2-1 so that compression alone could load a CPU;
+# throttle target 0.5; one busy process (half of this 2-CPU VM) from message
+# 10,000 to 20,000.
 mkdir -p "$out/compression_burner"
 start_burner="sh -c 'while :; do :; done' >/dev/null 2>&1 & echo \$! > $work/burner.pid"
 stop_burner="kill \$(cat $work/burner.pid); rm -f $work/burner.pid"
-for p in one:zstd-9 adaptive; do
+for p in one:bzip2-1 adaptive; do
     echo "compression_run: burner run $p"
-    run "burner" "$A" 10.231.77.2:47400 $((3000 * SCALE)) "$p" dp --cpu-target 0.5 \
-        --at "$((1000 * SCALE)):$start_burner" --at "$((2000 * SCALE)):$stop_burner" \
+    run "burner" "$B" 127.0.0.1:47401 30000 "$p" dp --cpu-target 0.5 --pace-us 500 \
+        --at "10000:$start_burner" --at "20000:$stop_burner" \
         --csv "$out/compression_burner/${p//:/_}.csv"
 done
 

@@ -22,7 +22,7 @@ for kind in default quick; do
     start=$(date +%s.%N)
     "$BIN" probe "${args[@]}" --json -o "$OUT/$kind-$k.json" 2>/dev/null
     end=$(date +%s.%N)
-    wall=$(echo "$end - $start" | bc)
+    wall=$(awk -v a="$start" -v b="$end" 'BEGIN { printf "%.1f", b - a }')
     printf '%s\t%s\t%.1f\t%s\n' "$kind" "$k" "$wall" "$load" | tee -a "$OUT/runs.tsv"
   done
 done

@@ -79,7 +79,7 @@ impl Default for Config {
             checksum: false,
             round_messages: 100,
             probe_every: 16,
-            probe_pad: 1024,
+            probe_pad: 512,
             link_ns_per_byte: 0.0,
             drain_timeout_ms: 5000,
             max_connections: 256,
@@ -145,7 +145,10 @@ impl Config {
         if !(0.0..=1.0).contains(&self.cpu_target) || self.cpu_target.is_nan() {
             return Err(bad(
                 "cpu_target",
-                format!("{} is not in [0, 1] (0 turns the throttle off)", self.cpu_target),
+                format!(
+                    "{} is not in [0, 1] (0 turns the throttle off)",
+                    self.cpu_target
+                ),
             ));
         }
         let reg = self.registry().map_err(|e| bad("codecs", e.to_string()))?;
@@ -153,27 +156,42 @@ impl Config {
             if reg.by_name(name).is_none() {
                 return Err(bad(
                     "policy",
-                    format!("codec `{name}` is not among the codecs ({})", reg.names().join(", ")),
+                    format!(
+                        "codec `{name}` is not among the codecs ({})",
+                        reg.names().join(", ")
+                    ),
                 ));
             }
         }
         if self.max_message < 1024 {
-            return Err(bad("max_message", format!("{} is below 1024 bytes", self.max_message)));
+            return Err(bad(
+                "max_message",
+                format!("{} is below 1024 bytes", self.max_message),
+            ));
         }
         if self.chunk_bytes == 0 || self.chunk_bytes > self.max_message {
             return Err(bad(
                 "chunk_bytes",
-                format!("{} must be in 1..=max_message ({})", self.chunk_bytes, self.max_message),
+                format!(
+                    "{} must be in 1..=max_message ({})",
+                    self.chunk_bytes, self.max_message
+                ),
             ));
         }
         if self.round_messages == 0 {
             return Err(bad("round_messages", "must be at least 1".into()));
         }
         if self.probe_pad > 60_000 {
-            return Err(bad("probe_pad", format!("{} exceeds 60000 bytes", self.probe_pad)));
+            return Err(bad(
+                "probe_pad",
+                format!("{} exceeds 60000 bytes", self.probe_pad),
+            ));
         }
         if !(self.link_ns_per_byte >= 0.0 && self.link_ns_per_byte.is_finite()) {
-            return Err(bad("link_ns_per_byte", format!("{} is not >= 0", self.link_ns_per_byte)));
+            return Err(bad(
+                "link_ns_per_byte",
+                format!("{} is not >= 0", self.link_ns_per_byte),
+            ));
         }
         if self.max_connections == 0 {
             return Err(bad("max_connections", "must be at least 1".into()));
@@ -224,7 +242,10 @@ mod tests {
 
     #[test]
     fn an_empty_file_is_the_defaults() {
-        assert_eq!(Config::parse("", Path::new("x")).unwrap(), Config::default());
+        assert_eq!(
+            Config::parse("", Path::new("x")).unwrap(),
+            Config::default()
+        );
     }
 
     #[test]

@@ -106,7 +106,10 @@ async fn run(path: PathBuf, config: Config) -> anyhow::Result<()> {
         }
     }
     notify(&[sd_notify::NotifyState::Stopping]);
-    tracing::info!(open = running.open_connections(), "stopping: draining connections");
+    tracing::info!(
+        open = running.open_connections(),
+        "stopping: draining connections"
+    );
     running.shutdown().await;
     if let Some(w) = watchdog {
         w.abort();

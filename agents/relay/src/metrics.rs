@@ -94,7 +94,11 @@ impl RelayStats {
         let family = |o: &mut String, name: &str, help: &str| {
             let _ = writeln!(o, "# TYPE {name} gauge\n# HELP {name} {help}");
         };
-        family(&mut o, "hwqos_relay_info", "Relay mode, policy and version.");
+        family(
+            &mut o,
+            "hwqos_relay_info",
+            "Relay mode, policy and version.",
+        );
         let _ = writeln!(
             o,
             "hwqos_relay_info{{mode=\"{}\",policy=\"{}\",version=\"{}\"}} 1",
@@ -112,28 +116,80 @@ impl RelayStats {
             let _ = writeln!(o, "hwqos_relay_bytes{{direction=\"{dir}\"}} {v}");
         }
         let total: u64 = t.per_codec.values().sum();
-        family(&mut o, "hwqos_relay_messages", "Messages sent on the link per codec since start.");
+        family(
+            &mut o,
+            "hwqos_relay_messages",
+            "Messages sent on the link per codec since start.",
+        );
         for (c, n) in &t.per_codec {
             let _ = writeln!(o, "hwqos_relay_messages{{codec=\"{c}\"}} {n}");
         }
-        family(&mut o, "hwqos_relay_codec_share_ratio", "Share of the messages sent with each codec since start.");
+        family(
+            &mut o,
+            "hwqos_relay_codec_share_ratio",
+            "Share of the messages sent with each codec since start.",
+        );
         for (c, n) in &t.per_codec {
-            let share = if total > 0 { *n as f64 / total as f64 } else { 0.0 };
+            let share = if total > 0 {
+                *n as f64 / total as f64
+            } else {
+                0.0
+            };
             let _ = writeln!(o, "hwqos_relay_codec_share_ratio{{codec=\"{c}\"}} {share}");
         }
-        family(&mut o, "hwqos_relay_throttled_messages", "Messages sent uncompressed because the compression budget was spent.");
+        family(
+            &mut o,
+            "hwqos_relay_throttled_messages",
+            "Messages sent uncompressed because the compression budget was spent.",
+        );
         let _ = writeln!(o, "hwqos_relay_throttled_messages {}", t.throttled);
         family(&mut o, "hwqos_relay_connections", "Open link connections.");
         let _ = writeln!(o, "hwqos_relay_connections {}", live.len());
-        family(&mut o, "hwqos_relay_connections_accepted", "Connections accepted since start.");
-        let _ = writeln!(o, "hwqos_relay_connections_accepted {}", self.accepted.load(Ordering::Relaxed));
-        family(&mut o, "hwqos_relay_connections_refused", "Connections refused (over max_connections) since start.");
-        let _ = writeln!(o, "hwqos_relay_connections_refused {}", self.refused.load(Ordering::Relaxed));
-        family(&mut o, "hwqos_relay_connections_failed", "Connections that ended with an error since start.");
-        let _ = writeln!(o, "hwqos_relay_connections_failed {}", self.failed.load(Ordering::Relaxed));
-        family(&mut o, "hwqos_relay_reloads", "Configuration reloads (SIGHUP) since start.");
-        let _ = writeln!(o, "hwqos_relay_reloads {}", self.reloads.load(Ordering::Relaxed));
-        family(&mut o, "hwqos_relay_throttle_target_ratio", "Target CPU utilization of the throttle (0: off).");
+        family(
+            &mut o,
+            "hwqos_relay_connections_accepted",
+            "Connections accepted since start.",
+        );
+        let _ = writeln!(
+            o,
+            "hwqos_relay_connections_accepted {}",
+            self.accepted.load(Ordering::Relaxed)
+        );
+        family(
+            &mut o,
+            "hwqos_relay_connections_refused",
+            "Connections refused (over max_connections) since start.",
+        );
+        let _ = writeln!(
+            o,
+            "hwqos_relay_connections_refused {}",
+            self.refused.load(Ordering::Relaxed)
+        );
+        family(
+            &mut o,
+            "hwqos_relay_connections_failed",
+            "Connections that ended with an error since start.",
+        );
+        let _ = writeln!(
+            o,
+            "hwqos_relay_connections_failed {}",
+            self.failed.load(Ordering::Relaxed)
+        );
+        family(
+            &mut o,
+            "hwqos_relay_reloads",
+            "Configuration reloads (SIGHUP) since start.",
+        );
+        let _ = writeln!(
+            o,
+            "hwqos_relay_reloads {}",
+            self.reloads.load(Ordering::Relaxed)
+        );
+        family(
+            &mut o,
+            "hwqos_relay_throttle_target_ratio",
+            "Target CPU utilization of the throttle (0: off).",
+        );
         let _ = writeln!(o, "hwqos_relay_throttle_target_ratio {}", labels.cpu_target);
 
         let mean = |f: &dyn Fn(&StreamStats) -> Option<f64>| {
@@ -157,7 +213,11 @@ impl RelayStats {
                 let _ = writeln!(o, "{name} {v}");
             }
         }
-        family(&mut o, "hwqos_relay_chosen_codec", "Connections whose policy currently prefers each codec.");
+        family(
+            &mut o,
+            "hwqos_relay_chosen_codec",
+            "Connections whose policy currently prefers each codec.",
+        );
         let mut chosen: BTreeMap<&str, u32> = BTreeMap::new();
         for s in &live {
             *chosen.entry(s.chosen.as_str()).or_default() += 1;

@@ -23,7 +23,10 @@ struct Shared {
 
 impl Shared {
     fn config(&self) -> Config {
-        self.config.read().unwrap_or_else(|e| e.into_inner()).clone()
+        self.config
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 
     fn render(&self) -> String {
@@ -70,7 +73,12 @@ pub async fn start(config: Config) -> anyhow::Result<Running> {
     } else {
         let l = TcpListener::bind(&config.metrics.listen)
             .await
-            .with_context(|| format!("cannot listen on {} (metrics.listen)", config.metrics.listen))?;
+            .with_context(|| {
+                format!(
+                    "cannot listen on {} (metrics.listen)",
+                    config.metrics.listen
+                )
+            })?;
         let addr = l.local_addr()?;
         let task = tokio::spawn(serve_metrics(l, shared.clone(), stop_rx.clone()));
         (Some(addr), Some(task))
@@ -90,7 +98,11 @@ impl Running {
     /// Applies a reloaded configuration: policy and CPU target change for open
     /// and new connections; other keys need a restart.
     pub fn reload(&self, new: Config) {
-        let mut cur = self.shared.config.write().unwrap_or_else(|e| e.into_inner());
+        let mut cur = self
+            .shared
+            .config
+            .write()
+            .unwrap_or_else(|e| e.into_inner());
         for key in restart_only_changes(&cur, &new) {
             tracing::warn!("reload: `{key}` changed; it takes effect after a restart");
         }
@@ -199,9 +211,10 @@ async fn connection(accepted: TcpStream, shared: Arc<Shared>, cfg: Config) -> an
         Mode::Decompress => (other, accepted),
     };
     let (lr, lw) = link.into_split();
-    let stream = AsyncMessageStream::handshake(lr, lw, cfg.stream_config(), shared.registry.clone())
-        .await
-        .context("handshake with the peer relay")?;
+    let stream =
+        AsyncMessageStream::handshake(lr, lw, cfg.stream_config(), shared.registry.clone())
+            .await
+            .context("handshake with the peer relay")?;
     let id = shared.stats.add(stream.handle());
     let result = pump(plain, stream, cfg.chunk_bytes as usize).await;
     shared.stats.remove(id);

@@ -74,12 +74,17 @@ async fn a_relay_pair_carries_bytes_both_ways_and_reports_them() {
     .await
     .unwrap();
 
-    let mut c = tokio::net::TcpStream::connect(near.listen_addr).await.unwrap();
+    let mut c = tokio::net::TcpStream::connect(near.listen_addr)
+        .await
+        .unwrap();
     c.set_nodelay(true).unwrap();
     let mut sent = Vec::new();
     let mut got = Vec::new();
     for i in 0..200u32 {
-        let m = format!("<msg id=\"{i}\"><body>{}</body></msg>\n", "status ok ".repeat((i % 40) as usize));
+        let m = format!(
+            "<msg id=\"{i}\"><body>{}</body></msg>\n",
+            "status ok ".repeat((i % 40) as usize)
+        );
         c.write_all(m.as_bytes()).await.unwrap();
         sent.extend_from_slice(m.as_bytes());
         let mut buf = vec![0u8; m.len()];
@@ -102,15 +107,33 @@ async fn a_relay_pair_carries_bytes_both_ways_and_reports_them() {
     assert!(rest == big, "the large block changed on the way");
 
     let body = near.metrics_text();
-    assert!(body.contains("hwqos_relay_info{mode=\"compress\",policy=\"round-robin\""), "{body}");
+    assert!(
+        body.contains("hwqos_relay_info{mode=\"compress\",policy=\"round-robin\""),
+        "{body}"
+    );
     let plain_in = sent.len() + big.len();
-    assert!(body.contains(&format!("hwqos_relay_bytes{{direction=\"plain_in\"}} {plain_in}")), "{body}");
-    assert!(body.contains("hwqos_relay_messages{codec=\"lz4\"}"), "{body}");
-    assert!(body.contains("hwqos_relay_codec_share_ratio{codec="), "{body}");
+    assert!(
+        body.contains(&format!(
+            "hwqos_relay_bytes{{direction=\"plain_in\"}} {plain_in}"
+        )),
+        "{body}"
+    );
+    assert!(
+        body.contains("hwqos_relay_messages{codec=\"lz4\"}"),
+        "{body}"
+    );
+    assert!(
+        body.contains("hwqos_relay_codec_share_ratio{codec="),
+        "{body}"
+    );
 
     let (head, http_body) = http_get(near.metrics_addr.unwrap(), "/metrics").await;
     assert!(head.starts_with("HTTP/1.1 200"), "{head}");
-    assert!(head.to_ascii_lowercase().contains("application/openmetrics-text"), "{head}");
+    assert!(
+        head.to_ascii_lowercase()
+            .contains("application/openmetrics-text"),
+        "{head}"
+    );
     assert!(http_body.ends_with("# EOF\n"));
 
     if let Some(p) = promtool() {
@@ -121,7 +144,12 @@ async fn a_relay_pair_carries_bytes_both_ways_and_reports_them() {
             .stderr(Stdio::piped())
             .spawn()
             .unwrap();
-        child.stdin.take().unwrap().write_all(http_body.as_bytes()).unwrap();
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(http_body.as_bytes())
+            .unwrap();
         let out = child.wait_with_output().unwrap();
         assert!(
             out.status.success(),
@@ -130,16 +158,24 @@ async fn a_relay_pair_carries_bytes_both_ways_and_reports_them() {
             String::from_utf8_lossy(&out.stderr)
         );
     } else {
-        eprintln!("SKIPPED promtool check: `promtool` is not installed (Debian package `prometheus`)");
+        eprintln!(
+            "SKIPPED promtool check: `promtool` is not installed (Debian package `prometheus`)"
+        );
     }
 
     // Reload applies to open connections: keep one open, switch the policy.
-    let mut c = tokio::net::TcpStream::connect(near.listen_addr).await.unwrap();
+    let mut c = tokio::net::TcpStream::connect(near.listen_addr)
+        .await
+        .unwrap();
     c.write_all(b"ping").await.unwrap();
     let mut b4 = [0u8; 4];
     c.read_exact(&mut b4).await.unwrap();
     assert_eq!(near.open_connections(), 1);
-    near.reload(relay_config(Mode::Compress, far.listen_addr.to_string(), "one:zstd-3"));
+    near.reload(relay_config(
+        Mode::Compress,
+        far.listen_addr.to_string(),
+        "one:zstd-3",
+    ));
     for _ in 0..20 {
         c.write_all(&[b'a'; 1000]).await.unwrap();
         let mut b = vec![0u8; 1000];
@@ -148,7 +184,10 @@ async fn a_relay_pair_carries_bytes_both_ways_and_reports_them() {
     let body = near.metrics_text();
     assert!(body.contains("policy=\"one:zstd-3\""), "{body}");
     assert!(body.contains("hwqos_relay_reloads 1"), "{body}");
-    assert!(body.contains("hwqos_relay_chosen_codec{codec=\"zstd-3\"} 1"), "{body}");
+    assert!(
+        body.contains("hwqos_relay_chosen_codec{codec=\"zstd-3\"} 1"),
+        "{body}"
+    );
     drop(c);
     near.shutdown().await;
     far.shutdown().await;

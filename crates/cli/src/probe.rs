@@ -251,13 +251,23 @@ fn print_os(os: &OsInventory, out: &mut dyn Write) -> Result<()> {
 fn print_measured(m: &Measured, out: &mut dyn Write) -> Result<()> {
     writeln!(
         out,
-        "\nMeasured on CPU {} in {:.1} s{}{} (median, mean ± 95 % CI, min, batches)",
+        "\nMeasured on CPU {} in {:.1} s{}{}{} (median, mean ± 95 % CI, min, batches)",
         m.cpu,
         m.duration_s,
         if m.quick { ", quick" } else { "" },
-        m.loadavg_1m
-            .map(|l| format!(", load average {l:.2} at start"))
-            .unwrap_or_default()
+        match (m.loadavg_1m, m.loadavg_1m_end) {
+            (Some(a), Some(b)) => format!(", load average {a:.2} → {b:.2}"),
+            _ => String::new(),
+        },
+        match (m.busy_fraction, m.steal_fraction) {
+            (Some(b), Some(s)) => format!(
+                ", CPU {} busy {:.0} %, stolen {:.1} %",
+                m.cpu,
+                b * 100.0,
+                s * 100.0
+            ),
+            _ => String::new(),
+        }
     )?;
     let ns = |v: f64| fmt_ns(v);
     if let Some(c) = &m.clock {

@@ -9,7 +9,9 @@ use std::path::Path;
 use std::sync::Arc;
 
 fn main() {
-    let root = std::env::args().nth(1).expect("usage: fuzz_seeds CORPUS_DIR");
+    let root = std::env::args()
+        .nth(1)
+        .expect("usage: fuzz_seeds CORPUS_DIR");
     let root = Path::new(&root);
     let reg = Arc::new(Registry::standard());
     let msgs: Vec<Vec<u8>> = vec![
@@ -37,8 +39,10 @@ fn main() {
         let (mut ha, mut hb) = (Vec::new(), Vec::new());
         a.write_hello(&mut ha);
         b.write_hello(&mut hb);
-        a.accept_hello(parse_all(&hb, a.limits()).unwrap().remove(0)).unwrap();
-        b.accept_hello(parse_all(&ha, b.limits()).unwrap().remove(0)).unwrap();
+        a.accept_hello(parse_all(&hb, a.limits()).unwrap().remove(0))
+            .unwrap();
+        b.accept_hello(parse_all(&ha, b.limits()).unwrap().remove(0))
+            .unwrap();
         let mut stream = ha.clone();
         for m in &msgs {
             let mut one = Vec::new();
@@ -61,7 +65,12 @@ fn main() {
     let mut probe = Vec::new();
     write_control(
         FrameKind::Probe,
-        &Probe { seq: 1, sent_ns: 42, pad: 16 }.encode(),
+        &Probe {
+            seq: 1,
+            sent_ns: 42,
+            pad: 16,
+        }
+        .encode(),
         &mut probe,
     );
     frame_seeds.push(probe);

@@ -2,11 +2,18 @@
 //!
 //! ```text
 //! rtt_experiment server --listen ADDR
+//! rtt_experiment linkemu --listen ADDR --connect ADDR --rate-mbit R --delay-us D [--control FILE]
 //! rtt_experiment client --connect ADDR --policy P --dataset d0|d1|dp
 //!     [--messages N] [--size BYTES] [--round R] [--cpu-target T]
 //!     [--change-at K --change-to d0|d1|dp] [--at K:SHELL-COMMAND]...
-//!     [--csv FILE] [--label TEXT]
+//!     [--csv FILE] [--label TEXT] [--pace-us US]
 //! ```
+//!
+//! `linkemu` is a user-space link emulator for kernels without `netem`: a TCP
+//! forwarder that delivers every chunk it reads after the chunk's
+//! serialization time at the link rate (queued behind earlier chunks) plus a
+//! one-way delay, in both directions. `--control FILE` is re-read every
+//! 100 ms for a new `RATE_MBIT DELAY_US` (a bandwidth change mid-run).
 //!
 //! The client sends each message and waits for the echo; the RTT of message i
 //! is the wall time from `send_msg` to the echo's `recv_msg`. The server
@@ -50,12 +57,15 @@ fn server(args: &[String]) {
         std::thread::spawn(move || {
             sock.set_nodelay(true).unwrap();
             let reg = Arc::new(Registry::standard());
-            let Ok(mut s) = MessageStream::handshake(sock, config(PolicyKind::Adaptive, 50, 0.0), reg)
+            let Ok(mut s) =
+                MessageStream::handshake(sock, config(PolicyKind::Adaptive, 50, 0.0), reg)
             else {
                 return;
             };
             // First message: "POLICY <p> ROUND <r> CPU <t>".
-            let Ok(Some(first)) = s.recv_msg() else { return };
+            let Ok(Some(first)) = s.recv_msg() else {
+                return;
+            };
             let text = String::from_utf8_lossy(&first).to_string();
             let f: Vec<&str> = text.split_whitespace().collect();
             if let (Some(p), Some(r), Some(t)) = (f.get(1), f.get(3), f.get(5)) {
@@ -75,10 +85,117 @@ fn server(args: &[String]) {
     }
 }
 
+/// Link parameters shared by both directions of every forwarded connection.
+struct LinkParams {
+    ns_per_byte: std::sync::atomic::AtomicU64,
+    delay_ns: std::sync::atomic::AtomicU64,
+}
+
+fn link_params(rate_mbit: f64, delay_us: f64) -> (u64, u64) {
+    ((8000.0 / rate_mbit) as u64, (delay_us * 1000.0) as u64)
+}
+
+/// One direction: read chunks, stamp their delivery time, deliver in order.
+fn emulate(mut from: TcpStream, mut to: TcpStream, p: Arc<LinkParams>) {
+    use std::io::Read;
+    use std::sync::atomic::Ordering::Relaxed;
+    use std::time::Duration;
+    let (tx, rx) = std::sync::mpsc::channel::<(Instant, Vec<u8>)>();
+    let writer = std::thread::spawn(move || {
+        for (at, chunk) in rx {
+            loop {
+                let now = Instant::now();
+                if now >= at {
+                    break;
+                }
+                let left = at - now;
+                if left > Duration::from_micros(200) {
+                    std::thread::sleep(left - Duration::from_micros(100));
+                } else {
+                    std::hint::spin_loop();
+                }
+            }
+            if to.write_all(&chunk).is_err() {
+                break;
+            }
+        }
+        let _ = to.shutdown(std::net::Shutdown::Write);
+    });
+    let mut buf = vec![0u8; 64 * 1024];
+    let mut line_free = Instant::now();
+    loop {
+        let n = match from.read(&mut buf) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => n,
+        };
+        let now = Instant::now();
+        let ser = Duration::from_nanos(p.ns_per_byte.load(Relaxed) * n as u64);
+        line_free = line_free.max(now) + ser;
+        let at = line_free + Duration::from_nanos(p.delay_ns.load(Relaxed));
+        if tx.send((at, buf[..n].to_vec())).is_err() {
+            break;
+        }
+    }
+    drop(tx);
+    let _ = writer.join();
+}
+
+fn linkemu(args: &[String]) {
+    use std::sync::atomic::Ordering::Relaxed;
+    let listen = arg(args, "--listen").expect("--listen");
+    let connect = arg(args, "--connect").expect("--connect");
+    let rate: f64 = arg(args, "--rate-mbit")
+        .expect("--rate-mbit")
+        .parse()
+        .unwrap();
+    let delay: f64 = arg(args, "--delay-us").map_or(0.0, |v| v.parse().unwrap());
+    let (b, d) = link_params(rate, delay);
+    let p = Arc::new(LinkParams {
+        ns_per_byte: b.into(),
+        delay_ns: d.into(),
+    });
+    if let Some(control) = arg(args, "--control") {
+        let p = p.clone();
+        std::thread::spawn(move || loop {
+            if let Ok(text) = std::fs::read_to_string(&control) {
+                let f: Vec<f64> = text
+                    .split_whitespace()
+                    .filter_map(|v| v.parse().ok())
+                    .collect();
+                if let [r, d] = f[..] {
+                    let (b, d) = link_params(r, d);
+                    p.ns_per_byte.store(b, Relaxed);
+                    p.delay_ns.store(d, Relaxed);
+                }
+            }
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        });
+    }
+    let l = TcpListener::bind(&listen).expect("bind");
+    for c in l.incoming() {
+        let Ok(a) = c else { continue };
+        let Ok(b) = TcpStream::connect(&connect) else {
+            continue;
+        };
+        a.set_nodelay(true).unwrap();
+        b.set_nodelay(true).unwrap();
+        let (a2, b2) = (a.try_clone().unwrap(), b.try_clone().unwrap());
+        let (p1, p2) = (p.clone(), p.clone());
+        std::thread::spawn(move || emulate(a, b, p1));
+        std::thread::spawn(move || emulate(b2, a2, p2));
+    }
+}
+
 fn client(args: &[String]) {
     let addr = arg(args, "--connect").expect("--connect ADDR");
-    let policy: PolicyKind = arg(args, "--policy").unwrap_or("adaptive".into()).parse().unwrap();
-    let set: DataSet = arg(args, "--dataset").unwrap_or("dp".into()).parse().unwrap();
+    let policy: PolicyKind = arg(args, "--policy")
+        .unwrap_or("adaptive".into())
+        .parse()
+        .unwrap();
+    let set: DataSet = arg(args, "--dataset")
+        .unwrap_or("dp".into())
+        .parse()
+        .unwrap();
     let n: usize = arg(args, "--messages").map_or(2000, |v| v.parse().unwrap());
     let size: usize = arg(args, "--size").map_or(512, |v| v.parse().unwrap());
     let round: u32 = arg(args, "--round").map_or(50, |v| v.parse().unwrap());
@@ -86,19 +203,25 @@ fn client(args: &[String]) {
     let change_at: Option<usize> = arg(args, "--change-at").map(|v| v.parse().unwrap());
     let change_to: Option<DataSet> = arg(args, "--change-to").map(|v| v.parse().unwrap());
     let label = arg(args, "--label").unwrap_or_default();
+    let pace = arg(args, "--pace-us").map(|v| std::time::Duration::from_micros(v.parse().unwrap()));
+    let started = Instant::now();
     let mut hooks: BTreeMap<usize, Vec<String>> = BTreeMap::new();
     for (i, a) in args.iter().enumerate() {
         if a == "--at" {
             let spec = &args[i + 1];
             let (k, cmd) = spec.split_once(':').expect("--at K:COMMAND");
-            hooks.entry(k.parse().unwrap()).or_default().push(cmd.to_string());
+            hooks
+                .entry(k.parse().unwrap())
+                .or_default()
+                .push(cmd.to_string());
         }
     }
     let sock = TcpStream::connect(&addr).expect("connect");
     sock.set_nodelay(true).unwrap();
     let reg = Arc::new(Registry::standard());
-    let mut s = MessageStream::handshake(sock, config(policy.clone(), round, cpu_target), reg.clone())
-        .expect("handshake");
+    let mut s =
+        MessageStream::handshake(sock, config(policy.clone(), round, cpu_target), reg.clone())
+            .expect("handshake");
     s.send_msg(format!("POLICY {policy} ROUND {round} CPU {cpu_target}").as_bytes())
         .unwrap();
     assert_eq!(s.recv_msg().unwrap().unwrap(), b"OK");
@@ -115,6 +238,12 @@ fn client(args: &[String]) {
             for c in cmds {
                 let st = std::process::Command::new("sh").arg("-c").arg(c).status();
                 eprintln!("at message {i}: `{c}` -> {st:?}");
+            }
+        }
+        if let Some(p) = pace {
+            let due = started + p * i as u32;
+            if let Some(wait) = due.checked_duration_since(Instant::now()) {
+                std::thread::sleep(wait);
             }
         }
         let msg = match (&mut later, change_at) {
@@ -135,7 +264,8 @@ fn client(args: &[String]) {
                 "{i},{rtt},{},{},{},{},{}",
                 reg.name_of(ep.last_codec()),
                 st.chosen,
-                st.cpu_utilization.map_or(String::new(), |v| format!("{v:.4}")),
+                st.cpu_utilization
+                    .map_or(String::new(), |v| format!("{v:.4}")),
                 st.cpu_share.map_or(String::new(), |v| format!("{v:.4}")),
                 msg.len()
             )
@@ -172,6 +302,7 @@ fn main() {
     match args.first().map(String::as_str) {
         Some("server") => server(&args),
         Some("client") => client(&args),
+        Some("linkemu") => linkemu(&args),
         _ => {
             eprintln!("usage: rtt_experiment server --listen ADDR | client --connect ADDR --policy P --dataset D ...");
             std::process::exit(2);

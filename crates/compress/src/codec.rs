@@ -156,7 +156,10 @@ fn drive_streaming(
                     actual: expected + 1,
                 });
             }
-            return Err(corrupted(codec, "truncated: the compressed stream ends early"));
+            return Err(corrupted(
+                codec,
+                "truncated: the compressed stream ends early",
+            ));
         }
     }
 }
@@ -175,7 +178,12 @@ impl Codec for NoneCodec {
         out.extend_from_slice(input);
         Ok(())
     }
-    fn decompress(&self, input: &[u8], expected: usize, out: &mut Vec<u8>) -> Result<(), CodecError> {
+    fn decompress(
+        &self,
+        input: &[u8],
+        expected: usize,
+        out: &mut Vec<u8>,
+    ) -> Result<(), CodecError> {
         check_len("none", expected, input.len())?;
         prepare(out, expected);
         out.extend_from_slice(input);
@@ -195,13 +203,21 @@ impl Codec for Lz4Codec {
     }
     fn compress(&self, input: &[u8], out: &mut Vec<u8>) -> Result<(), CodecError> {
         let start = out.len();
-        out.resize(start + lz4_flex::block::get_maximum_output_size(input.len()), 0);
+        out.resize(
+            start + lz4_flex::block::get_maximum_output_size(input.len()),
+            0,
+        );
         let n = lz4_flex::block::compress_into(input, &mut out[start..])
             .map_err(|e| compress_failed("lz4", e))?;
         out.truncate(start + n);
         Ok(())
     }
-    fn decompress(&self, input: &[u8], expected: usize, out: &mut Vec<u8>) -> Result<(), CodecError> {
+    fn decompress(
+        &self,
+        input: &[u8],
+        expected: usize,
+        out: &mut Vec<u8>,
+    ) -> Result<(), CodecError> {
         prepare(out, expected);
         out.resize(expected, 0);
         let n = lz4_flex::block::decompress_into(input, out).map_err(|e| corrupted("lz4", e))?;
@@ -229,7 +245,12 @@ impl Codec for SnappyCodec {
         out.truncate(start + n);
         Ok(())
     }
-    fn decompress(&self, input: &[u8], expected: usize, out: &mut Vec<u8>) -> Result<(), CodecError> {
+    fn decompress(
+        &self,
+        input: &[u8],
+        expected: usize,
+        out: &mut Vec<u8>,
+    ) -> Result<(), CodecError> {
         let declared = snap::raw::decompress_len(input).map_err(|e| corrupted("snappy", e))?;
         check_len("snappy", expected, declared)?;
         prepare(out, expected);
@@ -262,11 +283,17 @@ impl Codec for ZstdCodec {
         self.name
     }
     fn compress(&self, input: &[u8], out: &mut Vec<u8>) -> Result<(), CodecError> {
-        let c = zstd::bulk::compress(input, self.level).map_err(|e| compress_failed(self.name, e))?;
+        let c =
+            zstd::bulk::compress(input, self.level).map_err(|e| compress_failed(self.name, e))?;
         out.extend_from_slice(&c);
         Ok(())
     }
-    fn decompress(&self, input: &[u8], expected: usize, out: &mut Vec<u8>) -> Result<(), CodecError> {
+    fn decompress(
+        &self,
+        input: &[u8],
+        expected: usize,
+        out: &mut Vec<u8>,
+    ) -> Result<(), CodecError> {
         prepare(out, expected);
         // Writes at most `capacity` bytes; a frame that needs more is an error.
         let mut d = zstd::bulk::Decompressor::new().map_err(|e| corrupted(self.name, e))?;
@@ -319,10 +346,15 @@ impl Codec for LzmaCodec {
         *out = enc.finish().map_err(|e| compress_failed(self.name, e))?;
         Ok(())
     }
-    fn decompress(&self, input: &[u8], expected: usize, out: &mut Vec<u8>) -> Result<(), CodecError> {
+    fn decompress(
+        &self,
+        input: &[u8],
+        expected: usize,
+        out: &mut Vec<u8>,
+    ) -> Result<(), CodecError> {
         let filters = self.filters().map_err(|e| corrupted(self.name, e))?;
-        let mut stream =
-            liblzma::stream::Stream::new_raw_decoder(&filters).map_err(|e| corrupted(self.name, e))?;
+        let mut stream = liblzma::stream::Stream::new_raw_decoder(&filters)
+            .map_err(|e| corrupted(self.name, e))?;
         drive_streaming(self.name, input, expected, out, |inp, o| {
             let before = stream.total_in();
             let status = stream
@@ -357,16 +389,19 @@ impl Codec for Bzip2Codec {
         self.name
     }
     fn compress(&self, input: &[u8], out: &mut Vec<u8>) -> Result<(), CodecError> {
-        let mut enc = bzip2::write::BzEncoder::new(
-            std::mem::take(out),
-            bzip2::Compression::new(self.level),
-        );
+        let mut enc =
+            bzip2::write::BzEncoder::new(std::mem::take(out), bzip2::Compression::new(self.level));
         enc.write_all(input)
             .map_err(|e| compress_failed(self.name, e))?;
         *out = enc.finish().map_err(|e| compress_failed(self.name, e))?;
         Ok(())
     }
-    fn decompress(&self, input: &[u8], expected: usize, out: &mut Vec<u8>) -> Result<(), CodecError> {
+    fn decompress(
+        &self,
+        input: &[u8],
+        expected: usize,
+        out: &mut Vec<u8>,
+    ) -> Result<(), CodecError> {
         let mut d = bzip2::Decompress::new(false);
         drive_streaming(self.name, input, expected, out, |inp, o| {
             let before = d.total_in();
@@ -397,7 +432,12 @@ impl Codec for DeflateCodec {
         *out = enc.finish().map_err(|e| compress_failed("deflate", e))?;
         Ok(())
     }
-    fn decompress(&self, input: &[u8], expected: usize, out: &mut Vec<u8>) -> Result<(), CodecError> {
+    fn decompress(
+        &self,
+        input: &[u8],
+        expected: usize,
+        out: &mut Vec<u8>,
+    ) -> Result<(), CodecError> {
         let mut d = flate2::Decompress::new(false);
         drive_streaming("deflate", input, expected, out, |inp, o| {
             let before = d.total_in();
@@ -460,7 +500,8 @@ impl Registry {
             Arc::new(DeflateCodec),
         ];
         for c in all {
-            r.register(c).expect("built-in codecs have distinct ids and names");
+            r.register(c)
+                .expect("built-in codecs have distinct ids and names");
         }
         r
     }

@@ -57,7 +57,9 @@ pub fn real_text_pieces(dir: &Path, limit: usize) -> Vec<Vec<u8>> {
     files.sort();
     let mut pieces = Vec::new();
     for f in files.into_iter().take(limit) {
-        let Ok(text) = std::fs::read(&f) else { continue };
+        let Ok(text) = std::fs::read(&f) else {
+            continue;
+        };
         let mut at = 0;
         let mut len = 200;
         while at + len <= text.len() {
@@ -119,13 +121,20 @@ impl MessageSource {
 fn sip(r: &mut Rng, n: u64) -> Vec<u8> {
     let method = pick(r, &["INVITE", "REGISTER", "BYE", "OPTIONS", "ACK"]);
     let user = pick(r, &["alice", "bob", "carol", "dave", "erin", "frank"]);
-    let host = pick(r, &["ims.example.invalid", "pcscf1.example.invalid", "scscf.example.invalid"]);
+    let host = pick(
+        r,
+        &[
+            "ims.example.invalid",
+            "pcscf1.example.invalid",
+            "scscf.example.invalid",
+        ],
+    );
     let ip = format!("10.{}.{}.{}", num(r, 255), num(r, 255), num(r, 255));
     let branch = num(r, u64::MAX >> 12);
     let tag = num(r, 1 << 40);
     let call = num(r, u64::MAX >> 8);
     let mut m = if num(r, 3) == 0 {
-        format!("SIP/2.0 200 OK\r\n")
+        "SIP/2.0 200 OK\r\n".to_string()
     } else {
         format!("{method} sip:{user}@{host} SIP/2.0\r\n")
     };
@@ -141,7 +150,10 @@ User-Agent: hwqos-node/1.0\r\n"
             "v=0\r\no=- {n} {n} IN IP4 {ip}\r\ns=-\r\nc=IN IP4 {ip}\r\nt=0 0\r\n\
 m=audio {port} RTP/AVP 0 8 96\r\na=rtpmap:96 AMR-WB/16000\r\na=ptime:20\r\n"
         );
-        m += &format!("Content-Type: application/sdp\r\nContent-Length: {}\r\n\r\n{sdp}", sdp.len());
+        m += &format!(
+            "Content-Type: application/sdp\r\nContent-Length: {}\r\n\r\n{sdp}",
+            sdp.len()
+        );
     } else {
         m += "Content-Length: 0\r\n\r\n";
     }
@@ -169,7 +181,11 @@ fn diameter(r: &mut Rng, n: u64) -> Vec<u8> {
     avp(&mut body, 416, &(1 + num(r, 3) as u32).to_be_bytes());
     avp(&mut body, 415, &(n as u32).to_be_bytes());
     for _ in 0..(1 + num(r, 6)) {
-        avp(&mut body, 1000 + num(r, 60) as u32, &num(r, u64::MAX).to_be_bytes());
+        avp(
+            &mut body,
+            1000 + num(r, 60) as u32,
+            &num(r, u64::MAX).to_be_bytes(),
+        );
     }
     let imsi = format!("24001{:010}", num(r, 10_000_000_000));
     avp(&mut body, 1, imsi.as_bytes());
@@ -185,7 +201,16 @@ fn diameter(r: &mut Rng, n: u64) -> Vec<u8> {
 }
 
 fn json(r: &mut Rng, n: u64) -> Vec<u8> {
-    let op = pick(r, &["bearer.update", "session.create", "node.heartbeat", "alarm.clear", "stats.report"]);
+    let op = pick(
+        r,
+        &[
+            "bearer.update",
+            "session.create",
+            "node.heartbeat",
+            "alarm.clear",
+            "stats.report",
+        ],
+    );
     let node = pick(r, &["mme-1", "sgw-2", "pgw-1", "hss-3", "pcrf-1"]);
     let mut s = format!(
         "{{\"seq\":{n},\"op\":\"{op}\",\"node\":\"{node}\",\"ts\":{},\"session\":\"{:016x}\",\"params\":{{",
@@ -197,7 +222,12 @@ fn json(r: &mut Rng, n: u64) -> Vec<u8> {
         if i > 0 {
             s.push(',');
         }
-        let key = pick(r, &["qci", "arp", "mbr_ul", "mbr_dl", "apn", "cell", "tac", "rat", "load"]);
+        let key = pick(
+            r,
+            &[
+                "qci", "arp", "mbr_ul", "mbr_dl", "apn", "cell", "tac", "rat", "load",
+            ],
+        );
         s += &format!("\"{key}_{i}\":{}", num(r, 100_000));
     }
     s += "},\"status\":\"ok\"}";

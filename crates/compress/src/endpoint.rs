@@ -11,8 +11,8 @@ use crate::learn::Learner;
 use crate::policy::{AdaptiveTuning, PolicyKind, Selector};
 use crate::throttle::{CpuLoad, ProcStatLoad, Throttle, ThrottleConfig};
 use crate::wire::{
-    write_control, DecompressReport, FrameKind, Header, Hello, Limits, Probe, ProbeReply,
-    RawFrame, WireError, DEFAULT_MAX_MESSAGE, FLAG_CHECKSUM,
+    write_control, DecompressReport, FrameKind, Header, Hello, Limits, Probe, ProbeReply, RawFrame,
+    WireError, DEFAULT_MAX_MESSAGE, FLAG_CHECKSUM,
 };
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::mpsc;
@@ -64,7 +64,7 @@ impl Default for StreamConfig {
             checksum: false,
             round_messages: 100,
             probe_every: 16,
-            probe_pad: 1024,
+            probe_pad: 512,
             alpha: 0.3,
             link_ns_per_byte: None,
             throttle: Some(ThrottleConfig::default()),
@@ -143,12 +143,13 @@ fn sampler() -> &'static mpsc::SyncSender<SampleJob> {
         std::thread::Builder::new()
             .name("hwqos-sampler".into())
             .spawn(move || {
-                // Samples use idle CPU only: SCHED_IDLE runs this thread when
-                // nothing else wants the CPU, so exploring never delays the
-                // application (best effort: without it, plain priority).
-                let param = libc::sched_param { sched_priority: 0 };
-                // SAFETY: sched_setscheduler on the calling thread (pid 0) with a valid param.
-                let _ = unsafe { libc::sched_setscheduler(0, libc::SCHED_IDLE, &param) };
+                // Samples run at nice 19: they take idle CPU freely but yield
+                // to everything else (SCHED_IDLE starved them entirely on a
+                // busy node, and the stream never learned).
+                // SAFETY: setpriority on this thread's own id; no memory is passed.
+                let _ = unsafe {
+                    libc::setpriority(libc::PRIO_PROCESS, libc::gettid() as libc::id_t, 19)
+                };
                 while let Ok(job) = rx.recv() {
                     if let Some(r) = run_sample(job.codec.as_ref(), &job.data) {
                         let _ = job.reply.send(r);
@@ -314,9 +315,9 @@ impl Endpoint {
 
     /// The largest message that may be sent: the smaller of both ends' limits.
     pub fn max_send(&self) -> u32 {
-        self.peer
-            .as_ref()
-            .map_or(self.config.max_message, |p| p.max_message.min(self.config.max_message))
+        self.peer.as_ref().map_or(self.config.max_message, |p| {
+            p.max_message.min(self.config.max_message)
+        })
     }
 
     fn now_ns(&self) -> u64 {
@@ -326,8 +327,13 @@ impl Endpoint {
     /// Changes the policy at the next round boundary's state (keeps learning).
     pub fn set_policy(&mut self, policy: PolicyKind) {
         self.config.policy = policy.clone();
-        let mut s = Selector::new(policy, self.send_codecs.clone(), &self.registry, self.config.seed)
-            .with_tuning(self.config.adaptive);
+        let mut s = Selector::new(
+            policy,
+            self.send_codecs.clone(),
+            &self.registry,
+            self.config.seed,
+        )
+        .with_tuning(self.config.adaptive);
         s.start_round(&self.learner, false);
         self.selector = s;
     }
@@ -453,7 +459,12 @@ impl Endpoint {
             && self.config.probe_every > 0
             && self.stats.messages_sent % u64::from(self.config.probe_every) == 0
         {
-            let pad = if self.probe_seq % 2 == 1 {
+            // Only the learning policies need the link's per-byte cost.
+            let learning = matches!(
+                self.config.policy,
+                PolicyKind::Adaptive | PolicyKind::Majority
+            );
+            let pad = if learning && self.probe_seq % 2 == 1 {
                 self.config.probe_pad
             } else {
                 0
@@ -468,10 +479,15 @@ impl Endpoint {
             if self.pending_probes.len() >= MAX_PENDING_PROBES {
                 self.pending_probes.pop_front();
             }
-            self.pending_probes.push_back((self.probe_seq, u64::from(pad)));
+            self.pending_probes
+                .push_back((self.probe_seq, u64::from(pad)));
             self.probe_seq = self.probe_seq.wrapping_add(1);
         }
-        let payload: &[u8] = if payload_is_scratch { &self.scratch } else { msg };
+        let payload: &[u8] = if payload_is_scratch {
+            &self.scratch
+        } else {
+            msg
+        };
         let checksum = self.checksum_out.then(|| crc32fast::hash(msg));
         Header {
             kind: FrameKind::Data,
@@ -539,9 +555,7 @@ impl Endpoint {
         self.stats.wire_bytes_received +=
             (crate::wire::HEADER_LEN + h.extra_len() + frame.payload.len()) as u64;
         match h.kind {
-            FrameKind::Hello => Err(WireError::Handshake(
-                "a hello after the handshake".into(),
-            )),
+            FrameKind::Hello => Err(WireError::Handshake("a hello after the handshake".into())),
             FrameKind::Data => {
                 let codec = self
                     .registry
@@ -559,10 +573,13 @@ impl Endpoint {
                     }
                 }
                 if h.codec != CodecId::NONE {
-                    let r = self.recv_reports.entry(h.codec).or_insert(DecompressReport {
-                        codec: h.codec,
-                        ..Default::default()
-                    });
+                    let r = self
+                        .recv_reports
+                        .entry(h.codec)
+                        .or_insert(DecompressReport {
+                            codec: h.codec,
+                            ..Default::default()
+                        });
                     r.messages = r.messages.saturating_add(1);
                     r.bytes += out.len() as u64;
                     r.nanos += ns;
@@ -600,7 +617,8 @@ impl Endpoint {
                         self.learner.observe_padded_rtt(rtt, pad as u32);
                     }
                     // Older probes were lost to nothing but reordering: forget them.
-                    self.pending_probes.retain(|(s, _)| s.wrapping_sub(r.seq) < u32::MAX / 2);
+                    self.pending_probes
+                        .retain(|(s, _)| s.wrapping_sub(r.seq) < u32::MAX / 2);
                 }
                 for rep in r.reports {
                     if self.send_codecs.contains(&rep.codec) {

@@ -192,7 +192,13 @@ impl Learner {
     }
 
     /// Records one compression (sent or sampled).
-    pub fn observe_compression(&mut self, codec: CodecId, bytes_in: usize, bytes_out: usize, ns: u64) {
+    pub fn observe_compression(
+        &mut self,
+        codec: CodecId,
+        bytes_in: usize,
+        bytes_out: usize,
+        ns: u64,
+    ) {
         let o = self.round.entry(codec).or_default();
         o.bytes_in += bytes_in as u64;
         o.bytes_out += bytes_out as u64;

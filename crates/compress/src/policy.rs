@@ -15,7 +15,9 @@
 //!   every message (burst), so a content change is re-evaluated within one or
 //!   two rounds. Codecs predicted at more than twice the best time are sampled
 //!   32 times less often, and the sampler may use at most 2% of the wall
-//!   time (10% during a burst). A switch needs a 1% predicted gain (hysteresis).
+//!   time (10% during a burst). When even a codec that compressed to nothing
+//!   could not beat `none` (its compression + decompression cost per byte
+//!   exceeds the link's), sampling drops to a sixteenth. A switch needs a 1% predicted gain (hysteresis).
 
 use crate::codec::{CodecId, Registry};
 use crate::learn::Learner;
@@ -140,6 +142,8 @@ pub struct Selector {
     explore_list: Vec<(CodecId, u32)>,
     explore_visits: u64,
     burst: bool,
+    /// No codec can beat `none` at the measured link cost.
+    hopeless: bool,
 }
 
 impl Selector {
@@ -171,6 +175,7 @@ impl Selector {
             explore_list: Vec::new(),
             explore_visits: 0,
             burst: true,
+            hopeless: false,
         };
         s.uniform();
         s.explore_list = s.compressing().into_iter().map(|c| (c, 1)).collect();
@@ -270,6 +275,21 @@ impl Selector {
                         .collect();
                 }
                 self.burst = content_changed || !all_known;
+                // When even a codec that compressed to nothing could not win
+                // (the cheapest known compression + decompression costs more
+                // than sending the whole message), sampling cannot change the
+                // choice: sample 16 times less often (loopback, fast links).
+                let link = learner.net.link_ns_per_byte();
+                let cheapest = self
+                    .compressing()
+                    .iter()
+                    .filter_map(|c| {
+                        let e = learner.codecs.get(c)?;
+                        Some(e.compress_ns_per_byte.get()? + e.decompress_ns_per_byte()?)
+                    })
+                    .min_by(f64::total_cmp);
+                self.hopeless = !self.burst
+                    && matches!((link, cheapest), (Some(b), Some(c)) if c > b);
             }
             _ => {}
         }
@@ -308,7 +328,8 @@ impl Selector {
             return None;
         }
         self.explore_counter += 1;
-        if !self.burst && self.explore_counter < self.tuning.explore_every.max(1) {
+        let every = self.tuning.explore_every.max(1) * if self.hopeless { 16 } else { 1 };
+        if !self.burst && self.explore_counter < every {
             return None;
         }
         self.explore_counter = 0;

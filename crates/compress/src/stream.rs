@@ -80,7 +80,11 @@ pub struct MessageStream<S: Read + Write> {
 
 impl<S: Read + Write> MessageStream<S> {
     /// Runs the handshake (both ends send their hello, then read the peer's).
-    pub fn handshake(io: S, config: StreamConfig, registry: Arc<Registry>) -> Result<Self, WireError> {
+    pub fn handshake(
+        io: S,
+        config: StreamConfig,
+        registry: Arc<Registry>,
+    ) -> Result<Self, WireError> {
         Self::with_endpoint(io, Endpoint::new(config, registry))
     }
 

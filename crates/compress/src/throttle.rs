@@ -46,7 +46,11 @@ pub struct ProcStatLoad {
 impl ProcStatLoad {
     /// Reads `<proc_root>/stat` at most every `min_interval` (the kernel
     /// accounts in 10 ms ticks; shorter intervals are mostly noise).
-    pub fn new(proc_root: impl Into<PathBuf>, aggregate: CpuAggregate, min_interval: Duration) -> Self {
+    pub fn new(
+        proc_root: impl Into<PathBuf>,
+        aggregate: CpuAggregate,
+        min_interval: Duration,
+    ) -> Self {
         ProcStatLoad {
             path: proc_root.into().join("stat"),
             aggregate,

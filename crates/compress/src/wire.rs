@@ -80,7 +80,10 @@ pub enum WireError {
     #[error("unknown header flags {0:#04x}")]
     UnknownFlags(u8),
     #[error("nonzero header field `{field}` in a {kind:?} frame")]
-    BadHeader { kind: FrameKind, field: &'static str },
+    BadHeader {
+        kind: FrameKind,
+        field: &'static str,
+    },
     #[error("oversized {what}: {declared} bytes declared, the limit is {limit}")]
     Oversized {
         what: &'static str,
@@ -208,10 +211,16 @@ impl Header {
             }
             _ => {
                 if codec != CodecId::NONE {
-                    return Err(WireError::BadHeader { kind, field: "codec" });
+                    return Err(WireError::BadHeader {
+                        kind,
+                        field: "codec",
+                    });
                 }
                 if flags != 0 {
-                    return Err(WireError::BadHeader { kind, field: "flags" });
+                    return Err(WireError::BadHeader {
+                        kind,
+                        field: "flags",
+                    });
                 }
                 if uncompressed_len != payload_len {
                     return Err(WireError::BadHeader {
@@ -256,8 +265,8 @@ pub fn write_control(kind: FrameKind, payload: &[u8], out: &mut Vec<u8>) {
 /// Incremental frame parser with bounded memory.
 ///
 /// Feed bytes with [`FrameDecoder::push`]; it takes at most what the current
-/// frame still needs (see [`FrameDecoder::wanted`]) and returns how much it
-/// took. When a frame is complete, [`FrameDecoder::take_frame`] yields it.
+/// frame still needs (never a byte of the next frame) and returns how much
+/// it took. When a frame is complete, [`FrameDecoder::take_frame`] yields it.
 /// After an error the decoder stays failed: a byte stream that lost framing
 /// cannot be resynchronised safely.
 #[derive(Debug)]
@@ -286,7 +295,8 @@ impl FrameDecoder {
         self.limits
     }
 
-    /// Bytes still needed to complete the current frame (at least 1).
+    /// Bytes still needed to complete the current frame as far as known: until
+    /// the header is complete only the header's remaining bytes (at least 1).
     pub fn wanted(&self) -> usize {
         match &self.header {
             None => HEADER_LEN - self.header_have.min(HEADER_LEN),

@@ -97,7 +97,10 @@ fn truncated_compressed_data_is_reported() {
         let mut out = Vec::new();
         let e = c.decompress(&packed, msg.len(), &mut out).unwrap_err();
         assert!(
-            matches!(e, CodecError::Corrupted { .. } | CodecError::LengthMismatch { .. }),
+            matches!(
+                e,
+                CodecError::Corrupted { .. } | CodecError::LengthMismatch { .. }
+            ),
             "{}: {e}",
             c.name()
         );

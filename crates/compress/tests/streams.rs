@@ -15,7 +15,11 @@ fn policies() -> Vec<PolicyKind> {
         .into_iter()
         .map(|n| PolicyKind::One(n.to_string()))
         .collect();
-    p.extend([PolicyKind::RoundRobin, PolicyKind::Majority, PolicyKind::Adaptive]);
+    p.extend([
+        PolicyKind::RoundRobin,
+        PolicyKind::Majority,
+        PolicyKind::Adaptive,
+    ]);
     p
 }
 
@@ -85,7 +89,9 @@ proptest! {
 
 #[test]
 fn round_robin_uses_every_compressing_codec() {
-    let msgs: Vec<Vec<u8>> = (0..100).map(|i| format!("message {i} ").repeat(40).into_bytes()).collect();
+    let msgs: Vec<Vec<u8>> = (0..100)
+        .map(|i| format!("message {i} ").repeat(40).into_bytes())
+        .collect();
     let (echoes, counts) = echo_run(
         config(PolicyKind::RoundRobin),
         Registry::standard(),
@@ -95,15 +101,24 @@ fn round_robin_uses_every_compressing_codec() {
     );
     assert_eq!(echoes, msgs);
     for name in Registry::standard().names().into_iter().skip(1) {
-        assert!(counts.get(name).copied().unwrap_or(0) >= 5, "{name}: {counts:?}");
+        assert!(
+            counts.get(name).copied().unwrap_or(0) >= 5,
+            "{name}: {counts:?}"
+        );
     }
 }
 
 #[test]
 fn mismatched_codec_sets_only_use_common_codecs() {
-    let client_reg = Registry::standard().subset(&["lz4", "zstd-3", "bzip2-9"]).unwrap();
-    let server_reg = Registry::standard().subset(&["snappy", "zstd-3", "deflate"]).unwrap();
-    let msgs: Vec<Vec<u8>> = (0..60).map(|i| format!("payload {i} ").repeat(30).into_bytes()).collect();
+    let client_reg = Registry::standard()
+        .subset(&["lz4", "zstd-3", "bzip2-9"])
+        .unwrap();
+    let server_reg = Registry::standard()
+        .subset(&["snappy", "zstd-3", "deflate"])
+        .unwrap();
+    let msgs: Vec<Vec<u8>> = (0..60)
+        .map(|i| format!("payload {i} ").repeat(30).into_bytes())
+        .collect();
     let (echoes, counts) = echo_run(
         config(PolicyKind::RoundRobin),
         client_reg,
@@ -128,7 +143,11 @@ fn a_fixed_codec_the_peer_lacks_falls_back_to_none() {
         msgs.clone(),
     );
     assert_eq!(echoes, msgs);
-    assert_eq!(counts.keys().collect::<Vec<_>>(), vec!["none"], "{counts:?}");
+    assert_eq!(
+        counts.keys().collect::<Vec<_>>(),
+        vec!["none"],
+        "{counts:?}"
+    );
 }
 
 #[test]
@@ -148,7 +167,8 @@ fn interleaved_streams_keep_their_own_state() {
             ..config(p)
         };
         servers.push(thread::spawn(move || {
-            let mut s = MessageStream::handshake(b, one_way(sp), Arc::new(Registry::standard())).unwrap();
+            let mut s =
+                MessageStream::handshake(b, one_way(sp), Arc::new(Registry::standard())).unwrap();
             let mut got = Vec::new();
             while let Some(m) = s.recv_msg().unwrap() {
                 got.push(m);
@@ -160,7 +180,11 @@ fn interleaved_streams_keep_their_own_state() {
         }));
     }
     let mut clients: Vec<_> = clients.into_iter().map(|h| h.join().unwrap()).collect();
-    let msg = |s: usize, k: usize| format!("stream {s} message {k} ").repeat(s + 1).into_bytes();
+    let msg = |s: usize, k: usize| {
+        format!("stream {s} message {k} ")
+            .repeat(s + 1)
+            .into_bytes()
+    };
     for k in 0..50 {
         for (s, c) in clients.iter_mut().enumerate() {
             c.send_msg(&msg(s, k)).unwrap();
@@ -225,11 +249,17 @@ fn a_truncated_stream_is_an_error_and_a_clean_close_is_not() {
     use std::io::Write;
     let (a, mut b) = UnixStream::pair().unwrap();
     let t = thread::spawn(move || {
-        let mut s = MessageStream::handshake(a, config(PolicyKind::Adaptive), Arc::new(Registry::standard())).unwrap();
+        let mut s = MessageStream::handshake(
+            a,
+            config(PolicyKind::Adaptive),
+            Arc::new(Registry::standard()),
+        )
+        .unwrap();
         s.recv_msg()
     });
     // Handshake by hand, then half a frame.
-    let mut ep = hwqos_compress::Endpoint::new(config(PolicyKind::Adaptive), Arc::new(Registry::standard()));
+    let mut ep =
+        hwqos_compress::Endpoint::new(config(PolicyKind::Adaptive), Arc::new(Registry::standard()));
     let mut h = Vec::new();
     ep.write_hello(&mut h);
     b.write_all(&h).unwrap();

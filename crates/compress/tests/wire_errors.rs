@@ -1,17 +1,15 @@
 //! Bad input on the wire: every kind of damage gives an error that names it,
 //! and lengths are checked against the limit before anything is allocated.
 
-use hwqos_compress::wire::{
-    parse_all, write_control, FrameKind, Header, Hello, MAGIC, VERSION,
-};
-use hwqos_compress::{
-    CodecId, Endpoint, FrameDecoder, Limits, Registry, StreamConfig, WireError,
-};
+use hwqos_compress::wire::{parse_all, write_control, FrameKind, Header, Hello, MAGIC, VERSION};
+use hwqos_compress::{CodecId, Endpoint, FrameDecoder, Limits, Registry, StreamConfig, WireError};
 use proptest::prelude::*;
 use std::sync::Arc;
 
 fn limits() -> Limits {
-    Limits { max_message: 1 << 20 }
+    Limits {
+        max_message: 1 << 20,
+    }
 }
 
 /// A connected pair of endpoints (handshake done), no throttle.
@@ -22,8 +20,10 @@ fn pair(config: StreamConfig) -> (Endpoint, Endpoint) {
     let (mut ha, mut hb) = (Vec::new(), Vec::new());
     a.write_hello(&mut ha);
     b.write_hello(&mut hb);
-    a.accept_hello(parse_all(&hb, a.limits()).unwrap().remove(0)).unwrap();
-    b.accept_hello(parse_all(&ha, b.limits()).unwrap().remove(0)).unwrap();
+    a.accept_hello(parse_all(&hb, a.limits()).unwrap().remove(0))
+        .unwrap();
+    b.accept_hello(parse_all(&ha, b.limits()).unwrap().remove(0))
+        .unwrap();
     (a, b)
 }
 
@@ -75,7 +75,10 @@ fn corrupted_payload_is_reported() {
     f[n - 3] ^= 0xff;
     let e = decode_one(&f).unwrap_err();
     assert!(
-        matches!(e, WireError::Corrupted(_) | WireError::ChecksumMismatch { .. }),
+        matches!(
+            e,
+            WireError::Corrupted(_) | WireError::ChecksumMismatch { .. }
+        ),
         "{e}"
     );
 }
@@ -188,7 +191,10 @@ fn a_hello_without_none_or_with_a_bad_length_is_rejected() {
         want_checksum: false,
     }
     .encode();
-    assert!(Hello::decode(&bad).unwrap_err().to_string().contains("none"));
+    assert!(Hello::decode(&bad)
+        .unwrap_err()
+        .to_string()
+        .contains("none"));
     let mut short = Hello {
         max_message: 100,
         decoders: vec![CodecId::NONE, CodecId::LZ4],
@@ -221,9 +227,19 @@ fn sending_more_than_the_peers_limit_is_refused() {
     );
     let mut h = Vec::new();
     small.write_hello(&mut h);
-    a.accept_hello(parse_all(&h, a.limits()).unwrap().remove(0)).unwrap();
+    a.accept_hello(parse_all(&h, a.limits()).unwrap().remove(0))
+        .unwrap();
     let e = a.encode(&[0u8; 101], &mut Vec::new()).unwrap_err();
-    assert!(matches!(e, WireError::MessageTooLarge { len: 101, limit: 100 }), "{e}");
+    assert!(
+        matches!(
+            e,
+            WireError::MessageTooLarge {
+                len: 101,
+                limit: 100
+            }
+        ),
+        "{e}"
+    );
     a.encode(&[0u8; 100], &mut Vec::new()).unwrap();
 }
 

@@ -118,6 +118,12 @@ impl HardwareModel {
             .tempfile_in(dir)
             .map_err(werr)?;
         use std::io::Write;
+        use std::os::unix::fs::PermissionsExt;
+        // Not secret, and read by agents running as other users (tempfile
+        // creates 0600).
+        tmp.as_file()
+            .set_permissions(std::fs::Permissions::from_mode(0o644))
+            .map_err(werr)?;
         tmp.write_all(self.to_json().as_bytes()).map_err(werr)?;
         tmp.as_file().sync_all().map_err(werr)?;
         tmp.persist(path).map_err(|e| werr(e.error))?;

@@ -70,6 +70,9 @@ fn save_and_load_round_trip_atomically() {
         .map(|e| e.unwrap().file_name())
         .collect();
     assert_eq!(names, ["node.json"]);
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(&path).unwrap().permissions().mode();
+    assert_eq!(mode & 0o777, 0o644, "readable by the agents");
     let back = HardwareModel::load(&path).unwrap();
     assert_eq!(back, m);
     assert_eq!(back.schema, SCHEMA);

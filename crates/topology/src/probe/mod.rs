@@ -191,6 +191,14 @@ pub struct Measured {
     /// Load average (1 min) when the probes started: other work on the node
     /// disturbs the numbers.
     pub loadavg_1m: Option<f64>,
+    /// Load average (1 min) when the probes ended.
+    pub loadavg_1m_end: Option<f64>,
+    /// Share of the pinned CPU's time stolen by the hypervisor while the
+    /// probes ran (`/proc/stat` steal), if readable.
+    pub steal_fraction: Option<f64>,
+    /// Share of the pinned CPU's time NOT idle while the probes ran (the
+    /// probes' own work plus everything else that ran there).
+    pub busy_fraction: Option<f64>,
     pub clock: Option<clock::ClockResult>,
     pub syscall: Option<syscall::SyscallResult>,
     pub ctxswitch: Option<ctxswitch::CtxSwitchResult>,
@@ -224,6 +232,7 @@ pub fn run(
         loadavg_1m: loadavg_1m(),
         ..Measured::default()
     };
+    let stat_start = cpu_times(cpu);
     let mut kinds = kinds.to_vec();
     kinds.sort();
     kinds.dedup();
@@ -261,7 +270,40 @@ pub fn run(
         }
     }
     m.duration_s = (monotonic_ns() - start) as f64 / 1e9;
+    m.loadavg_1m_end = loadavg_1m();
+    if let (Some(a), Some(b)) = (stat_start, cpu_times(cpu)) {
+        let total = b.total.saturating_sub(a.total).max(1) as f64;
+        m.steal_fraction = Some(b.steal.saturating_sub(a.steal) as f64 / total);
+        m.busy_fraction = Some(1.0 - b.idle.saturating_sub(a.idle) as f64 / total);
+    }
     m
+}
+
+/// Jiffies of one CPU from `/proc/stat`.
+#[derive(Clone, Copy, Debug)]
+struct CpuTimes {
+    total: u64,
+    idle: u64,
+    steal: u64,
+}
+
+fn cpu_times(cpu: u32) -> Option<CpuTimes> {
+    let text = std::fs::read_to_string("/proc/stat").ok()?;
+    let label = format!("cpu{cpu}");
+    let line = text
+        .lines()
+        .find(|l| l.split_whitespace().next() == Some(label.as_str()))?;
+    let v: Vec<u64> = line
+        .split_whitespace()
+        .skip(1)
+        .filter_map(|x| x.parse().ok())
+        .collect();
+    // user nice system idle iowait irq softirq steal (guest counted in user).
+    Some(CpuTimes {
+        total: v.iter().take(8).sum(),
+        idle: v.get(3)? + v.get(4).copied().unwrap_or(0),
+        steal: v.get(7).copied().unwrap_or(0),
+    })
 }
 
 /// The last CPU this thread may run on (CPU 0 often takes most interrupts).
