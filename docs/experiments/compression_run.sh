@@ -4,6 +4,7 @@
 #
 #   sudo docs/experiments/compression_run.sh            # ~10 minutes
 #   sudo SCALE=5 docs/experiments/compression_run.sh    # 5x the messages (content change at 5,000)
+#   sudo PARTS=burner docs/experiments/compression_run.sh   # only some parts: rtt change burner
 #
 # Only loopback and the namespaces hwqos-c-a / hwqos-c-b (10.231.77.1-2 on a
 # veth pair) are used; everything is removed on exit.
@@ -15,6 +16,7 @@
 set -euo pipefail
 
 SCALE="${SCALE:-1}"
+PARTS=" ${PARTS:-rtt change burner} "
 root="$(cd "$(dirname "$0")/../.." && pwd)"
 out="$root/docs/experiments/results"
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$root/target}"
@@ -85,7 +87,14 @@ policies=(one:none one:lz4 one:snappy one:zstd-1 one:zstd-3 one:zstd-9 one:lzma-
           one:bzip2-1 one:bzip2-9 one:deflate round-robin majority adaptive)
 
 rtt_json="$out/compression_rtt.jsonl"
-: > "$rtt_json"
+[ "$PARTS" = " rtt change burner " ] && : > "$rtt_json"
+# A partial run replaces its own lines only.
+for part in change burner; do
+    if [[ "$PARTS" == *" $part "* ]] && [ -f "$rtt_json" ]; then
+        grep -v "\"label\":\"$part\"" "$rtt_json" > "$work/keep" || true
+        cp "$work/keep" "$rtt_json"
+    fi
+done
 run() { # LABEL NS ADDR MESSAGES POLICY DATASET [extra client args]
     local label=$1 ns=$2 addr=$3 n=$4 policy=$5 set=$6
     shift 6
@@ -99,7 +108,7 @@ profiles=("loopback|$B|127.0.0.1:47401|-|-|2000"
           "1gbit-0.2ms|$A|$target|1gbit|0.2ms|1500"
           "100mbit-1ms|$A|$target|100mbit|1ms|800"
           "10mbit-5ms|$A|$target|10mbit|5ms|300")
-for prof in "${profiles[@]}"; do
+[[ "$PARTS" == *" rtt "* ]] && for prof in "${profiles[@]}"; do
     IFS='|' read -r label ns addr rate delay n <<<"$prof"
     [ "$rate" != "-" ] && link "$rate" "$delay"
     n=$((n * SCALE))
@@ -112,6 +121,7 @@ for prof in "${profiles[@]}"; do
 done
 
 # 7.4.3 + bandwidth change: D1 -> Dp at message 1000*SCALE, 100 -> 10 Mbit/s at 2000*SCALE.
+if [[ "$PARTS" == *" change "* ]]; then
 link 100mbit 1ms
 change=$((1000 * SCALE)); bw=$((2000 * SCALE)); total=$((2600 * SCALE))
 mkdir -p "$out/compression_change"
@@ -121,11 +131,13 @@ for p in "${policies[@]}"; do
     run "change" "$A" "$target" "$total" "$p" d1 --change-at "$change" --change-to dp \
         --at "$bw:$(link_cmd 10mbit 5ms)" --csv "$out/compression_change/${p//:/_}.csv"
 done
+fi
 
 # 7.4.4: CPU burner. Messages paced at one per 500 us on loopback (30,000,
 # 15 s); policy one:bzip2-1 so that compression alone could load a CPU;
 # throttle target 0.5; one busy process (half of this 2-CPU VM) from message
 # 10,000 to 20,000.
+if [[ "$PARTS" == *" burner "* ]]; then
 mkdir -p "$out/compression_burner"
 start_burner="sh -c 'while :; do :; done' >/dev/null 2>&1 & echo \$! > $work/burner.pid"
 stop_burner="kill \$(cat $work/burner.pid); rm -f $work/burner.pid"
@@ -135,6 +147,7 @@ for p in one:bzip2-1 adaptive; do
         --at "10000:$start_burner" --at "20000:$stop_burner" \
         --csv "$out/compression_burner/${p//:/_}.csv"
 done
+fi
 
 python3 "$root/docs/experiments/compression_report.py" "$out" > "$out/compression_report.md"
 echo "compression_run: done; see $out/compression_report.md"

@@ -1,6 +1,6 @@
-//! Loopback TCP: round trip of one byte (`TCP_NODELAY`) and the cost of a
-//! connection (connect until established, accept, close). 127.0.0.1 only;
-//! client and echo server are pinned to the same CPU.
+//! Loopback TCP: round trip of one byte (`TCP_NODELAY`) between this thread
+//! and an echo thread on the same CPU, and the cost of a connection (connect,
+//! accept and close of both ends, in this thread). 127.0.0.1 only.
 
 use super::{pin, ProbeError, ProbeOptions};
 use hwqos_core::stats::Summary;
@@ -12,7 +12,7 @@ use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
 pub struct NetResult {
     /// ns per one-byte request and one-byte reply.
     pub rtt_ns: Summary,
-    /// ns per `connect` to a listening socket (plus close).
+    /// ns per connection: `connect`, `accept` and closing both ends.
     pub connect_ns: Summary,
 }
 
@@ -28,7 +28,6 @@ pub fn run(options: &ProbeOptions) -> Result<NetResult, ProbeError> {
     let addr: SocketAddr = listener.local_addr().map_err(io("local_addr"))?;
     let rtt_rounds = options.scaled(2_000);
     let connects = options.scaled(200);
-    let total_connects = connects * (repeats as u64 + 1);
     let server = std::thread::spawn(move || -> std::io::Result<()> {
         let _pin = super::Pinned::to(cpu);
         let (mut s, _) = listener.accept()?;
@@ -39,9 +38,6 @@ pub fn run(options: &ProbeOptions) -> Result<NetResult, ProbeError> {
                 break;
             }
             s.write_all(&b)?;
-        }
-        for _ in 0..total_connects {
-            drop(listener.accept()?);
         }
         Ok(())
     });
@@ -61,11 +57,16 @@ pub fn run(options: &ProbeOptions) -> Result<NetResult, ProbeError> {
             return Err(ProbeError::io("loopback round trip", e));
         }
         drop(c);
+        // Connections are accepted by this thread right after each connect
+        // (the kernel completes the handshake without the application), so
+        // the listen backlog never overflows into a 1 s SYN retransmit.
+        let acceptor = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).map_err(io("bind 127.0.0.1"))?;
+        let to = acceptor.local_addr().map_err(io("local_addr"))?;
         let mut failed = None;
         let connect_ns = super::per_op_ns(repeats, connects, overhead, || {
             if failed.is_none() {
-                match TcpStream::connect(addr) {
-                    Ok(s) => drop(s),
+                match TcpStream::connect(to).and_then(|s| acceptor.accept().map(|a| (s, a))) {
+                    Ok(pair) => drop(pair),
                     Err(e) => failed = Some(e),
                 }
             }
@@ -79,14 +80,6 @@ pub fn run(options: &ProbeOptions) -> Result<NetResult, ProbeError> {
             connect_ns: connect_ns.ok_or_else(none)?,
         })
     })();
-    if result.is_err() {
-        // Unblock the server's accept loop so it can be joined.
-        for _ in 0..total_connects {
-            if TcpStream::connect(addr).is_err() {
-                break;
-            }
-        }
-    }
     let served = server.join();
     let r = result?;
     match served {
