@@ -1,8 +1,6 @@
-// The `hwqos-monitor` command line (clap definitions only). Plain comments,
-// not `//!`: the packaging generator (`deploy/package`, `hwqos-dist-assets`)
-// `include!`s this file to write the man page and shell completions without
-// linking the agent, and included files cannot carry inner attributes. Keep
-// it free of crate-internal imports for the same reason.
+//! The `hwqos-monitor` command line (clap definitions only), public so the
+//! packaging generator (`deploy/package`) can render its man page and shell
+//! completions.
 
 use clap::Parser;
 use std::path::PathBuf;

@@ -1,6 +1,7 @@
 //! hwqos-monitor: continuous hardware and software characteristics monitoring
 //! (the thesis' Charmon, chapter 5 and section 8.3.1) as a node agent.
 //!
+//! - [`cli`]: the command line (clap), shared with the man-page generator;
 //! - [`config`]: the TOML configuration, validated with errors naming file, key and problem;
 //! - [`db`]: the bounded in-memory frame database and its atomic flush to CSV / JSON lines;
 //! - [`frame_codec`]: the compact lossless encoding the database stores frames in;
@@ -10,6 +11,7 @@
 //!   is the whole agent, [`service::Monitor`] the embeddable part.
 
 pub mod api_server;
+pub mod cli;
 pub mod config;
 pub mod db;
 pub mod frame_codec;

@@ -2,11 +2,9 @@
 //! Exit codes: 0 success, 1 runtime failure, 2 fatal configuration error.
 
 /// The clap definitions (shared with the man-page generator in `deploy/package`).
-mod cli;
-
 use anyhow::Context;
 use clap::Parser;
-use cli::Cli;
+use hwqos_monitor::cli::Cli;
 use hwqos_monitor::service::{self, Engine, MonitorError, RunOptions, SystemdNotifier};
 use hwqos_monitor::{Config, ConfigError};
 use std::io::IsTerminal;

@@ -288,8 +288,8 @@ impl Selector {
                         Some(e.compress_ns_per_byte.get()? + e.decompress_ns_per_byte()?)
                     })
                     .min_by(f64::total_cmp);
-                self.hopeless = !self.burst
-                    && matches!((link, cheapest), (Some(b), Some(c)) if c > b);
+                self.hopeless =
+                    !self.burst && matches!((link, cheapest), (Some(b), Some(c)) if c > b);
             }
             _ => {}
         }

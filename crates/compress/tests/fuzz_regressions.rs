@@ -9,7 +9,9 @@ use std::path::Path;
 use std::sync::Arc;
 
 fn corpus(target: &str) -> Vec<Vec<u8>> {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/corpus").join(target);
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("fuzz/corpus")
+        .join(target);
     let mut files: Vec<_> = std::fs::read_dir(&dir)
         .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
         .map(|e| e.unwrap().path())
@@ -21,7 +23,9 @@ fn corpus(target: &str) -> Vec<Vec<u8>> {
 
 #[test]
 fn decode_frame_corpus() {
-    let limits = Limits { max_message: 1 << 16 };
+    let limits = Limits {
+        max_message: 1 << 16,
+    };
     let mut decoded = 0;
     for data in corpus("decode_frame") {
         let config = StreamConfig {
@@ -30,7 +34,9 @@ fn decode_frame_corpus() {
             ..Default::default()
         };
         let mut ep = Endpoint::new(config, Arc::new(Registry::standard()));
-        let Ok(frames) = parse_all(&data, limits) else { continue };
+        let Ok(frames) = parse_all(&data, limits) else {
+            continue;
+        };
         let mut frames = frames.into_iter();
         if let Some(first) = frames.next() {
             if ep.accept_hello(first).is_err() {

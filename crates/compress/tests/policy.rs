@@ -180,16 +180,26 @@ fn adaptive_explores_without_sending_bad_codecs_and_majority_does_not() {
     // save on this link: adaptive learns that from samples and never sends
     // with them; majority keeps sending 1% with each. (Adaptive may move
     // between the fast codecs, which compress zeros equally well.)
-    let slow = [CodecId::LZMA0, CodecId::LZMA6, CodecId::BZIP2_1, CodecId::BZIP2_9];
+    let slow = [
+        CodecId::LZMA0,
+        CodecId::LZMA6,
+        CodecId::BZIP2_1,
+        CodecId::BZIP2_9,
+    ];
     let (adaptive, st) = &per_policy["adaptive"];
     assert!(
-        adaptive.keys().all(|c| !slow.contains(c) && *c != CodecId::NONE),
+        adaptive
+            .keys()
+            .all(|c| !slow.contains(c) && *c != CodecId::NONE),
         "adaptive sent with a slow codec or uncompressed: {adaptive:?}"
     );
     assert!(st.samples > 100, "{st:?}");
     let (majority, _) = &per_policy["majority"];
     let slow_sent = slow.iter().filter(|c| majority.contains_key(c)).count();
-    assert!(slow_sent >= 3, "majority keeps sending slow codecs: {majority:?}");
+    assert!(
+        slow_sent >= 3,
+        "majority keeps sending slow codecs: {majority:?}"
+    );
 }
 
 #[test]

@@ -1,24 +1,21 @@
 //! Packaging assets generated from the binaries' clap definitions: man pages
 //! (`clap_mangen`) and shell completions (`clap_complete`).
 //!
-//! The agents keep their clap definitions in a self-contained `src/cli.rs`
-//! (only `clap` and `std`), included here, so generating them does not link
-//! the agents. Adding an agent: include its `cli.rs` in a module below and
-//! add its command to [`commands`].
+//! Every binary's clap definition is public in its library crate (`cli`
+//! modules). Adding an agent: depend on its crate and add its command to
+//! [`commands`].
 
 use clap::CommandFactory;
 use clap_complete::Shell;
 use std::io;
 use std::path::{Path, PathBuf};
 
-#[allow(dead_code)]
-mod monitor_cli {
-    include!("../../../agents/monitor/src/cli.rs");
-}
-
 /// The clap command of every packaged binary.
 pub fn commands() -> Vec<clap::Command> {
-    vec![monitor_cli::Cli::command(), hwqos_cli::args::Cli::command()]
+    vec![
+        hwqos_monitor::cli::Cli::command(),
+        hwqos_cli::args::Cli::command(),
+    ]
 }
 
 /// Writes `out/man/NAME.1` (and `NAME-SUB.1` per subcommand) and

@@ -9,14 +9,18 @@ use libfuzzer_sys::fuzz_target;
 use std::sync::Arc;
 
 fuzz_target!(|data: &[u8]| {
-    let limits = Limits { max_message: 1 << 16 };
+    let limits = Limits {
+        max_message: 1 << 16,
+    };
     let config = StreamConfig {
         max_message: limits.max_message,
         throttle: None,
         ..Default::default()
     };
     let mut ep = Endpoint::new(config, Arc::new(Registry::standard()));
-    let Ok(frames) = parse_all(data, limits) else { return };
+    let Ok(frames) = parse_all(data, limits) else {
+        return;
+    };
     let mut replies = Vec::new();
     let mut frames = frames.into_iter();
     if let Some(first) = frames.next() {
