@@ -1,13 +1,18 @@
 #!/usr/bin/env bash
 # The whole hwqos test suite: installs the system packages the tests use as
-# oracles (perf from linux-perf, promtool from prometheus), then runs format,
-# lint and every test of the workspace.
+# oracles (perf from linux-perf, promtool and prometheus from prometheus,
+# systemd-analyze from systemd), then runs format, lint and every test of the
+# workspace, the systemd unit checks, a bounded fuzzing run of the wire
+# decoders, and the boot test of the Debian package in a guest with systemd.
+# The scripts it calls install their own packages (cargo-fuzz; debootstrap and
+# qemu for the guest).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 need=()
 command -v perf >/dev/null 2>&1 || need+=(linux-perf)
 command -v promtool >/dev/null 2>&1 || need+=(prometheus)
+command -v systemd-analyze >/dev/null 2>&1 || need+=(systemd)
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" -eq 0 ]; then
     export DEBIAN_FRONTEND=noninteractive
@@ -22,3 +27,6 @@ fi
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --locked -- -D warnings
 cargo test --workspace --locked
+./deploy/verify-units.sh
+./scripts/fuzz.sh 30
+./deploy/test-boot.sh

@@ -3,22 +3,11 @@
 //! runtime failure, 2 configuration error.
 
 use clap::Parser;
+use hwqos_relay::cli::Cli;
 use hwqos_relay::{Config, ConfigError};
 use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::process::ExitCode;
-
-/// Transparent TCP relay with adaptive message compression.
-#[derive(Parser, Debug)]
-#[command(name = "hwqos-relay", version)]
-struct Cli {
-    /// Configuration file (TOML).
-    #[arg(long, default_value = "/etc/hwqos/relay.toml")]
-    config: PathBuf,
-    /// Validate the configuration and exit (0: valid, 2: invalid).
-    #[arg(long)]
-    check_config: bool,
-}
 
 fn main() -> ExitCode {
     tracing_subscriber::fmt()

@@ -256,7 +256,7 @@ fn chase(buf: &[usize], loads: u64) -> usize {
     let mut i = 0usize;
     #[cfg(target_arch = "x86_64")]
     let left = {
-        let mut blocks = loads / 8;
+        let blocks = loads / 8;
         if blocks > 0 {
             // SAFETY: every word the chain visits holds the word index of a
             // line start inside the linked prefix of `buf`, so each load stays
@@ -276,7 +276,7 @@ fn chase(buf: &[usize], loads: u64) -> usize {
                     "jnz 2b",
                     i = inout(reg) i,
                     p = in(reg) p,
-                    n = inout(reg) blocks,
+                    n = inout(reg) blocks => _,
                     options(nostack, readonly),
                 );
             }
