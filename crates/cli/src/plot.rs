@@ -104,7 +104,8 @@ fn draw_legend<'a, DB: DrawingBackend + 'a>(
         .map_err(draw_err)
 }
 
-fn draw_err<E: std::fmt::Debug>(e: E) -> anyhow::Error {
+/// Plotters' errors as anyhow errors (shared by every SVG the CLI draws).
+pub(crate) fn draw_err<E: std::fmt::Debug>(e: E) -> anyhow::Error {
     anyhow!("drawing the plot: {e:?}")
 }
 

@@ -5,6 +5,7 @@
 //! command-line layer.
 
 use crate::error::usage;
+use crate::plot::draw_err;
 use anyhow::{anyhow, Context, Result};
 use hwqos_core::stats::Summary;
 use hwqos_topology::model::{self, describe_caches};
@@ -409,10 +410,6 @@ fn print_measured(m: &Measured, out: &mut dyn Write) -> Result<()> {
         writeln!(out, "  probe {kind} FAILED: {e}")?;
     }
     Ok(())
-}
-
-fn draw_err<E: std::fmt::Debug>(e: E) -> anyhow::Error {
-    anyhow!("drawing the latency plot: {e:?}")
 }
 
 /// The latency curve (log-log) with the inferred boundaries (solid) and the

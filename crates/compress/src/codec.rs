@@ -10,8 +10,18 @@
 //! LZMA2 format with a dictionary the *receiver* fixes at 1 MiB, so a peer
 //! cannot make it allocate more.
 //!
+//! Per-call setup is kept off the per-message cost where the library allows
+//! it: zstd compression and decompression contexts and deflate's
+//! compressor/decompressor state are created once per thread and reset
+//! between messages (a fresh zstd context costs about 10 µs, more than
+//! compressing a 256-byte message). libbzip2 has no reset for a finished
+//! stream and the `liblzma` crate cannot re-initialise a finished raw stream,
+//! so those two still set up per message; their setup is part of every
+//! measured cost.
+//!
 //! Adding a codec is one [`Registry::register`] call with a new [`CodecId`].
 
+use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::fmt;
 use std::io::Write;
@@ -275,6 +285,15 @@ impl ZstdCodec {
     }
 }
 
+thread_local! {
+    /// This thread's zstd compression contexts, one per level in use.
+    static ZSTD_CCTX: RefCell<Vec<(i32, zstd::bulk::Compressor<'static>)>> =
+        const { RefCell::new(Vec::new()) };
+    /// This thread's zstd decompression context.
+    static ZSTD_DCTX: RefCell<Option<zstd::bulk::Decompressor<'static>>> =
+        const { RefCell::new(None) };
+}
+
 impl Codec for ZstdCodec {
     fn id(&self) -> CodecId {
         self.id
@@ -283,10 +302,29 @@ impl Codec for ZstdCodec {
         self.name
     }
     fn compress(&self, input: &[u8], out: &mut Vec<u8>) -> Result<(), CodecError> {
-        let c =
-            zstd::bulk::compress(input, self.level).map_err(|e| compress_failed(self.name, e))?;
-        out.extend_from_slice(&c);
-        Ok(())
+        let start = out.len();
+        out.resize(start + zstd::zstd_safe::compress_bound(input.len()), 0);
+        let result = ZSTD_CCTX.with(|cell| {
+            let mut contexts = cell.borrow_mut();
+            let i = match contexts.iter().position(|(l, _)| *l == self.level) {
+                Some(i) => i,
+                None => {
+                    contexts.push((self.level, zstd::bulk::Compressor::new(self.level)?));
+                    contexts.len() - 1
+                }
+            };
+            contexts[i].1.compress_to_buffer(input, &mut out[start..])
+        });
+        match result {
+            Ok(n) => {
+                out.truncate(start + n);
+                Ok(())
+            }
+            Err(e) => {
+                out.truncate(start);
+                Err(compress_failed(self.name, e))
+            }
+        }
     }
     fn decompress(
         &self,
@@ -296,9 +334,15 @@ impl Codec for ZstdCodec {
     ) -> Result<(), CodecError> {
         prepare(out, expected);
         // Writes at most `capacity` bytes; a frame that needs more is an error.
-        let mut d = zstd::bulk::Decompressor::new().map_err(|e| corrupted(self.name, e))?;
-        let n = d
-            .decompress_to_buffer(input, out)
+        let n = ZSTD_DCTX
+            .with(|cell| {
+                let mut slot = cell.borrow_mut();
+                if slot.is_none() {
+                    *slot = Some(zstd::bulk::Decompressor::new()?);
+                }
+                let d = slot.as_mut().expect("just created");
+                d.decompress_to_buffer(input, out)
+            })
             .map_err(|e| corrupted(self.name, e))?;
         check_len(self.name, expected, n)
     }
@@ -414,8 +458,30 @@ impl Codec for Bzip2Codec {
     }
 }
 
-/// Raw deflate (`flate2`) at level 6.
+/// Raw deflate (`flate2`) at level 6 ([`DEFLATE_LEVEL`]).
 pub struct DeflateCodec;
+
+/// The deflate level of [`DeflateCodec`].
+const DEFLATE_LEVEL: u32 = 6;
+
+thread_local! {
+    /// This thread's raw-deflate compressor and decompressor, reset per message.
+    static DEFLATE_STATE: RefCell<Option<(flate2::Compress, flate2::Decompress)>> =
+        const { RefCell::new(None) };
+}
+
+fn with_deflate<R>(f: impl FnOnce(&mut flate2::Compress, &mut flate2::Decompress) -> R) -> R {
+    DEFLATE_STATE.with(|cell| {
+        let mut slot = cell.borrow_mut();
+        let (c, d) = slot.get_or_insert_with(|| {
+            (
+                flate2::Compress::new(flate2::Compression::new(DEFLATE_LEVEL), false),
+                flate2::Decompress::new(false),
+            )
+        });
+        f(c, d)
+    })
+}
 
 impl Codec for DeflateCodec {
     fn id(&self) -> CodecId {
@@ -425,12 +491,33 @@ impl Codec for DeflateCodec {
         "deflate"
     }
     fn compress(&self, input: &[u8], out: &mut Vec<u8>) -> Result<(), CodecError> {
-        let mut enc =
-            flate2::write::DeflateEncoder::new(std::mem::take(out), flate2::Compression::new(6));
-        enc.write_all(input)
-            .map_err(|e| compress_failed("deflate", e))?;
-        *out = enc.finish().map_err(|e| compress_failed("deflate", e))?;
-        Ok(())
+        with_deflate(|c, _| {
+            c.reset();
+            let start = out.len();
+            // Stored blocks bound the output: 5 bytes per 16 KiB block plus slack.
+            out.reserve(input.len() + input.len() / 16_000 * 5 + 64);
+            loop {
+                let before_in = c.total_in() as usize;
+                let status = c
+                    .compress_vec(
+                        &input[before_in.min(input.len())..],
+                        out,
+                        flate2::FlushCompress::Finish,
+                    )
+                    .map_err(|e| compress_failed("deflate", e))?;
+                match status {
+                    flate2::Status::StreamEnd => return Ok(()),
+                    _ if out.len() == out.capacity() => out.reserve(out.len() - start + 64),
+                    flate2::Status::BufError => {
+                        return Err(compress_failed(
+                            "deflate",
+                            "the compressor made no progress",
+                        ))
+                    }
+                    _ => {}
+                }
+            }
+        })
     }
     fn decompress(
         &self,
@@ -438,16 +525,18 @@ impl Codec for DeflateCodec {
         expected: usize,
         out: &mut Vec<u8>,
     ) -> Result<(), CodecError> {
-        let mut d = flate2::Decompress::new(false);
-        drive_streaming("deflate", input, expected, out, |inp, o| {
-            let before = d.total_in();
-            let status = d
-                .decompress_vec(inp, o, flate2::FlushDecompress::Finish)
-                .map_err(|e| e.to_string())?;
-            Ok((
-                (d.total_in() - before) as usize,
-                status == flate2::Status::StreamEnd,
-            ))
+        with_deflate(|_, d| {
+            d.reset(false);
+            drive_streaming("deflate", input, expected, out, |inp, o| {
+                let before = d.total_in();
+                let status = d
+                    .decompress_vec(inp, o, flate2::FlushDecompress::Finish)
+                    .map_err(|e| e.to_string())?;
+                Ok((
+                    (d.total_in() - before) as usize,
+                    status == flate2::Status::StreamEnd,
+                ))
+            })
         })
     }
 }

@@ -182,6 +182,8 @@ pub struct Endpoint {
     /// Sampler time over the stream's life.
     sample_ns: u64,
     probe_seq: u32,
+    /// Messages until the next probe (0: with the next message).
+    until_probe: u32,
     pending_probes: VecDeque<(u32, u64)>,
     recv_reports: BTreeMap<CodecId, DecompressReport>,
     sample_tx: mpsc::Sender<SampleResult>,
@@ -239,6 +241,7 @@ impl Endpoint {
             spent_ns: 0,
             sample_ns: 0,
             probe_seq: 0,
+            until_probe: 0,
             pending_probes: VecDeque::new(),
             recv_reports: BTreeMap::new(),
             sample_tx,
@@ -455,10 +458,16 @@ impl Endpoint {
         }
         // The probe goes first and is stamped after compression, so its RTT
         // holds the network and the peer, not this end's compression time.
-        if self.peer.is_some()
-            && self.config.probe_every > 0
-            && self.stats.messages_sent % u64::from(self.config.probe_every) == 0
-        {
+        // While adaptive confidently sends uncompressed (a fast link) probes
+        // back off with its sampling, at most 64 times so RTT and link cost
+        // still follow the network; while it compresses they keep their pace.
+        if self.peer.is_some() && self.config.probe_every > 0 && self.until_probe == 0 {
+            let backoff = if self.selector.chosen() == CodecId::NONE {
+                self.selector.backoff().min(64)
+            } else {
+                1
+            };
+            self.until_probe = self.config.probe_every * backoff;
             // Only the learning policies need the link's per-byte cost.
             let learning = matches!(
                 self.config.policy,
@@ -534,6 +543,7 @@ impl Endpoint {
             }
         }
 
+        self.until_probe = self.until_probe.saturating_sub(1);
         self.sent_in_round += 1;
         self.last_codec = codec_id;
         self.stats.messages_sent += 1;

@@ -15,9 +15,16 @@
 //!   every message (burst), so a content change is re-evaluated within one or
 //!   two rounds. Codecs predicted at more than twice the best time are sampled
 //!   32 times less often, and the sampler may use at most 2% of the wall
-//!   time (10% during a burst). When even a codec that compressed to nothing
-//!   could not beat `none` (its compression + decompression cost per byte
-//!   exceeds the link's), sampling drops to a sixteenth. A switch needs a 1% predicted gain (hysteresis).
+//!   time (10% during a burst). Once the choice is confident — the chosen
+//!   codec is predicted to beat every other codec by `confident_margin` —
+//!   the sampling interval (and the probe interval, see
+//!   [`Selector::backoff`]) doubles every round, up to 16 times when a
+//!   compressing codec is chosen and up to 1,024 times when `none` is (a
+//!   fast link, where exploration is pure overhead); when even a codec that
+//!   compressed to nothing could not beat `none` (its compression +
+//!   decompression cost per byte exceeds the link's), the back-off starts at
+//!   16. Any doubt (a burst, a closer race, a switch) resets it to 1. A
+//!   switch needs a 1% predicted gain (hysteresis).
 
 use crate::codec::{CodecId, Registry};
 use crate::learn::Learner;
@@ -92,6 +99,9 @@ pub struct AdaptiveTuning {
     /// The same during a burst (after a content change, or while some codec
     /// is still unmeasured).
     pub burst_share: f64,
+    /// Predicted lead over every other codec that makes the choice
+    /// confident, so exploration backs off (0.25: 25% faster).
+    pub confident_margin: f64,
 }
 
 impl Default for AdaptiveTuning {
@@ -102,6 +112,7 @@ impl Default for AdaptiveTuning {
             switch_gain: 0.01,
             explore_share: 0.02,
             burst_share: 0.10,
+            confident_margin: 0.25,
         }
     }
 }
@@ -144,7 +155,15 @@ pub struct Selector {
     burst: bool,
     /// No codec can beat `none` at the measured link cost.
     hopeless: bool,
+    /// Exploration back-off factor (1 = no back-off).
+    backoff: u32,
 }
+
+/// Largest back-off while a compressing codec is chosen: candidates are
+/// still visited every few hundred messages.
+const MAX_BACKOFF_COMPRESSING: u32 = 16;
+/// Largest back-off while `none` is chosen and confidently so.
+const MAX_BACKOFF_NONE: u32 = 1024;
 
 impl Selector {
     /// `codecs` are the negotiated ones (must include `none`); an unknown
@@ -176,6 +195,7 @@ impl Selector {
             explore_visits: 0,
             burst: true,
             hopeless: false,
+            backoff: 1,
         };
         s.uniform();
         s.explore_list = s.compressing().into_iter().map(|c| (c, 1)).collect();
@@ -206,6 +226,12 @@ impl Selector {
     /// True while the adaptive policy samples every message.
     pub fn in_burst(&self) -> bool {
         self.burst
+    }
+
+    /// How many times less often than configured the adaptive policy samples
+    /// and probes (1 for the other policies and whenever it is unsure).
+    pub fn backoff(&self) -> u32 {
+        self.backoff
     }
 
     fn compressing(&self) -> Vec<CodecId> {
@@ -290,6 +316,28 @@ impl Selector {
                     .min_by(f64::total_cmp);
                 self.hopeless =
                     !self.burst && matches!((link, cheapest), (Some(b), Some(c)) if c > b);
+                // Confidence: the chosen codec's prediction beats every other
+                // codec's (none included) by the margin.
+                let confident = !self.burst
+                    && learner.predict(self.chosen, size).is_some_and(|t_chosen| {
+                        self.codecs.iter().filter(|&&c| c != self.chosen).all(|&c| {
+                            learner.predict(c, size).is_some_and(|t| {
+                                t_chosen * (1.0 + self.tuning.confident_margin) < t
+                            })
+                        })
+                    });
+                let cap = if self.chosen == CodecId::NONE {
+                    MAX_BACKOFF_NONE
+                } else {
+                    MAX_BACKOFF_COMPRESSING
+                };
+                self.backoff = if self.hopeless && self.chosen == CodecId::NONE {
+                    (self.backoff * 2).max(16).min(cap)
+                } else if confident {
+                    (self.backoff * 2).min(cap)
+                } else {
+                    1
+                };
             }
             _ => {}
         }
@@ -328,7 +376,7 @@ impl Selector {
             return None;
         }
         self.explore_counter += 1;
-        let every = self.tuning.explore_every.max(1) * if self.hopeless { 16 } else { 1 };
+        let every = self.tuning.explore_every.max(1) * self.backoff;
         if !self.burst && self.explore_counter < every {
             return None;
         }

@@ -54,18 +54,26 @@ impl FrameReader {
             if let Some(f) = self.step()? {
                 return Ok(Some(f));
             }
-            self.pos = 0;
-            self.len = match r.read(&mut self.buf) {
-                Ok(0) => {
-                    self.len = 0;
-                    self.eof()?;
-                    return Ok(None);
-                }
-                Ok(n) => n,
-                Err(e) if e.kind() == ErrorKind::Interrupted => 0,
-                Err(e) => return Err(e.into()),
-            };
+            if !self.fill(r)? {
+                return Ok(None);
+            }
         }
+    }
+
+    /// Reads more bytes (blocking); false at the end of input (clean or an error).
+    fn fill<R: Read>(&mut self, r: &mut R) -> Result<bool, WireError> {
+        self.pos = 0;
+        self.len = match r.read(&mut self.buf) {
+            Ok(0) => {
+                self.len = 0;
+                self.eof()?;
+                return Ok(false);
+            }
+            Ok(n) => n,
+            Err(e) if e.kind() == ErrorKind::Interrupted => 0,
+            Err(e) => return Err(e.into()),
+        };
+        Ok(true)
     }
 }
 
@@ -108,10 +116,15 @@ impl<S: Read + Write> MessageStream<S> {
         })
     }
 
-    /// Sends one message.
+    /// Sends one message (with any probe replies still pending in front of it).
     pub fn send_msg(&mut self, msg: &[u8]) -> Result<(), WireError> {
         self.out.clear();
-        self.endpoint.encode(msg, &mut self.out)?;
+        let pending = self.replies.len();
+        self.out.append(&mut self.replies);
+        if let Err(e) = self.endpoint.encode(msg, &mut self.out) {
+            self.replies.extend_from_slice(&self.out[..pending]);
+            return Err(e);
+        }
         self.io.write_all(&self.out)?;
         self.io.flush()?;
         Ok(())
@@ -119,22 +132,39 @@ impl<S: Read + Write> MessageStream<S> {
 
     /// Receives the next message; `Ok(None)` when the peer closed the stream
     /// at a message boundary.
+    ///
+    /// Probe replies are not written on their own: they ride in front of the
+    /// next [`send_msg`](Self::send_msg) (no extra write and no extra segment
+    /// for the peer to read), and are written alone only before this call
+    /// would block waiting for input, so a peer's probe is never held longer
+    /// than this end takes to run out of work.
     pub fn recv_msg(&mut self) -> Result<Option<Vec<u8>>, WireError> {
         loop {
-            let Some(frame) = self.reader.read_frame(&mut self.io)? else {
-                return Ok(None);
-            };
-            self.replies.clear();
-            let msg = self.endpoint.decode(frame, &mut self.replies)?;
-            if !self.replies.is_empty() {
-                // Best effort: after a half-close the peer misses an RTT sample.
-                if self.io.write_all(&self.replies).is_ok() {
-                    let _ = self.io.flush();
+            let frame = match self.reader.step()? {
+                Some(f) => f,
+                None => {
+                    self.flush_replies();
+                    if !self.reader.fill(&mut self.io)? {
+                        return Ok(None);
+                    }
+                    continue;
                 }
-            }
+            };
+            let msg = self.endpoint.decode(frame, &mut self.replies)?;
             if let Some(m) = msg {
                 return Ok(Some(m));
             }
+        }
+    }
+
+    /// Writes pending probe replies now. Best effort: after a half-close the
+    /// peer only misses an RTT sample.
+    fn flush_replies(&mut self) {
+        if !self.replies.is_empty() {
+            if self.io.write_all(&self.replies).is_ok() {
+                let _ = self.io.flush();
+            }
+            self.replies.clear();
         }
     }
 

@@ -346,3 +346,61 @@ fn cpu_utilization_comes_from_per_cpu_proc_stat_deltas() {
     let real = per_cpu_utilization(&Default::default(), &Default::default());
     assert!(real.is_empty());
 }
+
+/// Counts the probe frames in `bytes`.
+fn probes_in(bytes: &[u8], to: &Endpoint) -> usize {
+    parse_all(bytes, to.limits())
+        .unwrap()
+        .iter()
+        .filter(|f| f.header.kind == hwqos_compress::wire::FrameKind::Probe)
+        .count()
+}
+
+#[test]
+fn on_a_free_link_exploration_and_probes_back_off() {
+    let mut cfg = sim_config("adaptive");
+    cfg.link_ns_per_byte = Some(0.0);
+    cfg.probe_every = 16;
+    let (mut a, mut b) = pair(cfg);
+    let msg = [b'x'; 500];
+    let mut probes_early = 0;
+    for _ in 0..1000 {
+        let mut out = Vec::new();
+        a.encode(&msg, &mut out).unwrap();
+        probes_early += probes_in(&out, &b);
+        deliver(&mut a, &mut b, &out);
+    }
+    let samples_early = a.stats().samples;
+    let mut probes_late = 0;
+    for _ in 0..4000 {
+        let mut out = Vec::new();
+        a.encode(&msg, &mut out).unwrap();
+        probes_late += probes_in(&out, &b);
+        deliver(&mut a, &mut b, &out);
+    }
+    let samples_late = a.stats().samples - samples_early;
+    assert_eq!(a.selector().chosen(), CodecId::NONE);
+    assert!(a.selector().backoff() >= 64, "{}", a.selector().backoff());
+    // Without back-off: a sample every 4 and a probe every 16 messages, so
+    // 1,000 and 250 in 4,000 messages.
+    assert!(
+        samples_late < 100,
+        "samples in 4,000 messages: {samples_late}"
+    );
+    assert!(probes_late < 100, "probes in 4,000 messages: {probes_late}");
+    assert!(
+        probes_early > probes_late / 4,
+        "{probes_early} {probes_late}"
+    );
+}
+
+#[test]
+fn a_confident_compressing_choice_backs_off_at_most_16_times() {
+    let (mut a, mut b) = pair(sim_config("adaptive"));
+    let zeros = vec![0u8; 600];
+    for _ in 0..3000 {
+        send(&mut a, &mut b, &zeros);
+    }
+    assert_ne!(a.selector().chosen(), CodecId::NONE);
+    assert!(a.selector().backoff() <= 16, "{}", a.selector().backoff());
+}

@@ -268,3 +268,78 @@ fn a_truncated_stream_is_an_error_and_a_clean_close_is_not() {
     let e = t.join().unwrap().unwrap_err();
     assert!(e.to_string().contains("truncated"), "{e}");
 }
+
+/// Probe replies ride in front of the receiver's next message, and a receiver
+/// that never sends still answers them before it blocks for more input.
+#[test]
+fn probe_replies_are_piggybacked_or_flushed_before_blocking() {
+    use std::io::Read;
+    use std::io::Write;
+    // Ping-pong: the echo carries the reply; the client learns the RTT.
+    let (a, b) = UnixStream::pair().unwrap();
+    let server = thread::spawn(move || {
+        let mut s = MessageStream::handshake(
+            b,
+            config(PolicyKind::Adaptive),
+            Arc::new(Registry::standard()),
+        )
+        .unwrap();
+        while let Some(m) = s.recv_msg().unwrap() {
+            s.send_msg(&m).unwrap();
+        }
+    });
+    let mut c = MessageStream::handshake(
+        a,
+        config(PolicyKind::Adaptive),
+        Arc::new(Registry::standard()),
+    )
+    .unwrap();
+    for i in 0..20u8 {
+        c.send_msg(&[i; 100]).unwrap();
+        assert_eq!(c.recv_msg().unwrap().unwrap(), vec![i; 100]);
+    }
+    assert!(c.stats().rtt_ns.is_some(), "{:?}", c.stats());
+    drop(c);
+    server.join().unwrap();
+
+    // One way: the receiver only receives, so its replies are flushed when it
+    // has consumed everything and would block. The sender reads them raw.
+    let (mut a, b) = UnixStream::pair().unwrap();
+    let receiver = thread::spawn(move || {
+        let mut s = MessageStream::handshake(
+            b,
+            config(PolicyKind::One("none".into())),
+            Arc::new(Registry::standard()),
+        )
+        .unwrap();
+        let mut n = 0;
+        while s.recv_msg().unwrap().is_some() {
+            n += 1;
+        }
+        n
+    });
+    let mut ep = hwqos_compress::Endpoint::new(
+        config(PolicyKind::One("none".into())),
+        Arc::new(Registry::standard()),
+    );
+    let mut hello = Vec::new();
+    ep.write_hello(&mut hello);
+    a.write_all(&hello).unwrap();
+    let mut peer_hello = [0u8; 4096];
+    let n = a.read(&mut peer_hello).unwrap();
+    let frames = hwqos_compress::wire::parse_all(&peer_hello[..n], ep.limits()).unwrap();
+    ep.accept_hello(frames.into_iter().next().unwrap()).unwrap();
+    let mut out = Vec::new();
+    ep.encode(b"first message", &mut out).unwrap(); // carries probe 0
+    a.write_all(&out).unwrap();
+    let mut reply = [0u8; 4096];
+    let n = a.read(&mut reply).unwrap();
+    let frames = hwqos_compress::wire::parse_all(&reply[..n], ep.limits()).unwrap();
+    assert_eq!(frames.len(), 1);
+    assert_eq!(
+        frames[0].header.kind,
+        hwqos_compress::wire::FrameKind::ProbeReply
+    );
+    drop(a);
+    assert_eq!(receiver.join().unwrap(), 1);
+}
