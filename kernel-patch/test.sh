@@ -115,6 +115,10 @@ if (( passes != 7 )); then
 	failed=1
 fi
 cpus=$(grep -o 'Brought up [0-9]* node[s]*, [0-9]* CPUs' "$run/guest.log" || true)
+if [[ $cpus != *", 2 CPUs" ]]; then
+	echo "FAIL guest did not bring up 2 CPUs (${cpus:-no smp line})"
+	failed=1
+fi
 if splat=$(grep -E 'WARNING:|BUG:|Oops|circular locking|inconsistent lock state|possible recursive locking|sleeping function called from invalid context|detected stall' "$run/guest.log"); then
 	echo "FAIL kernel-log reported:"
 	printf '%s\n' "$splat" | head -5

@@ -29,4 +29,5 @@ cargo clippy --workspace --all-targets --locked -- -D warnings
 cargo test --workspace --locked
 ./deploy/verify-units.sh
 ./scripts/fuzz.sh 30
+./kernel-patch/test.sh
 ./deploy/test-boot.sh

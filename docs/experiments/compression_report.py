@@ -2,13 +2,52 @@
 """Tables for docs/experiments/compression.md from compression_run.sh output.
 
     python3 docs/experiments/compression_report.py docs/experiments/results
+    python3 docs/experiments/compression_report.py --downsample PER_MESSAGE.csv OUT.csv
+
+The second form turns the driver's per-message CSV (one line per message)
+into one line per 100 messages, which is what the results directory keeps:
+i (first message of the bin), n, mean_rtt_ns, p50_rtt_ns, compressed
+(messages sent compressed), codecs (codec:count;...), chosen (the preferred
+codec most often in the bin), cpu_util (mean CPU utilization the throttle
+saw, over the bin's messages), cpu_within (share of the bin's messages sent
+while utilization was within ±5 pp of the burner run's target 0.5),
+cpu_absdev (mean |utilization − 0.5|), cpu_share (mean throttle share).
 """
 import csv
 import glob
 import json
 import os
+import statistics
 import sys
-from collections import defaultdict
+from collections import Counter, defaultdict
+
+BIN = 100
+
+
+def downsample(src, dst):
+    rows = list(csv.DictReader(open(src)))
+    with open(dst, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["i", "n", "mean_rtt_ns", "p50_rtt_ns", "compressed", "codecs", "chosen", "cpu_util", "cpu_within", "cpu_absdev", "cpu_share"])
+        for i in range(0, len(rows), BIN):
+            b = rows[i:i + BIN]
+            rtts = [int(x["rtt_ns"]) for x in b]
+            codecs = Counter(x["codec"] for x in b)
+            chosen = Counter(x["chosen"] for x in b).most_common(1)[0][0]
+            utils = [float(x["cpu_util"]) for x in b if x["cpu_util"]]
+            shares = [float(x["cpu_share"]) for x in b if x["cpu_share"]]
+            util = f"{sum(utils) / len(utils):.4f}" if utils else ""
+            within = f"{sum(1 for u in utils if abs(u - 0.5) <= 0.05) / len(utils):.3f}" if utils else ""
+            absdev = f"{sum(abs(u - 0.5) for u in utils) / len(utils):.4f}" if utils else ""
+            w.writerow([i, len(b), round(sum(rtts) / len(b)), round(statistics.median(rtts)),
+                        sum(v for k, v in codecs.items() if k != "none"),
+                        ";".join(f"{k}:{v}" for k, v in sorted(codecs.items())), chosen,
+                        util, within, absdev, f"{sum(shares) / len(shares):.4f}" if shares else ""])
+
+
+if len(sys.argv) == 4 and sys.argv[1] == "--downsample":
+    downsample(sys.argv[2], sys.argv[3])
+    sys.exit(0)
 
 res = sys.argv[1] if len(sys.argv) > 1 else "docs/experiments/results"
 rows = [json.loads(l) for l in open(os.path.join(res, "compression_rtt.jsonl")) if l.strip()]
@@ -75,34 +114,36 @@ if change:
     print()
     f = os.path.join(res, "compression_change", "adaptive.csv")
     if os.path.exists(f):
-        rows_c = list(csv.DictReader(open(f)))
-        n = len(rows_c)
+        bins = list(csv.DictReader(open(f)))
         print("Adaptive's preferred codec over the run (every 100 messages):\n")
-        print("| messages | preferred | mean RTT of the window (µs) |")
-        print("|---|---|---:|")
-        for i in range(0, n, 100):
-            w = rows_c[i:i + 100]
-            pref = max(set(x["chosen"] for x in w), key=lambda c: sum(1 for x in w if x["chosen"] == c))
-            print(f"| {i}–{i + len(w) - 1} | {pref} | {sum(int(x['rtt_ns']) for x in w) / len(w) / 1e3:.1f} |")
+        print("| messages | preferred | sent | mean RTT of the window (µs) |")
+        print("|---|---|---|---:|")
+        for b in bins:
+            i, n = int(b["i"]), int(b["n"])
+            print(f"| {i}–{i + n - 1} | {b['chosen']} | {b['codecs'].replace(';', ', ')} | {int(b['mean_rtt_ns']) / 1e3:.1f} |")
         print()
 
 burn = sorted(glob.glob(os.path.join(res, "compression_burner", "*.csv")))
 if burn:
     print("## CPU burner (messages 10,000–19,999 of 30,000, one every 500 µs, throttle target 0.5)\n")
-    print("| policy | phase | messages compressed | mean CPU utilization | mean abs(util − target) | mean throttle share |")
-    print("|---|---|---:|---:|---:|---:|")
+    print("| policy | phase | messages compressed | mean CPU utilization | mean abs(util − target) | time within ±5 pp | mean throttle share |")
+    print("|---|---|---:|---:|---:|---:|---:|")
     for f in burn:
-        rows_b = list(csv.DictReader(open(f)))
-        n = len(rows_b)
+        bins = list(csv.DictReader(open(f)))
+        n = sum(int(b["n"]) for b in bins)
         third = n // 3
-        for name, w in (("before", rows_b[:third]), ("burner", rows_b[third:2 * third]), ("after", rows_b[2 * third:])):
-            comp = sum(1 for x in w if x["codec"] != "none")
-            utils = [float(x["cpu_util"]) for x in w if x["cpu_util"]]
-            shares = [float(x["cpu_share"]) for x in w if x["cpu_share"]]
-            # Distinct readings only (the throttle reads /proc/stat every 200 ms).
-            distinct = [u for i, u in enumerate(utils) if i == 0 or u != utils[i - 1]]
-            mu = sum(distinct) / len(distinct) if distinct else float("nan")
-            dev = sum(abs(u - 0.5) for u in distinct) / len(distinct) if distinct else float("nan")
+        phases = (("before", 0, third), ("burner", third, 2 * third), ("after", 2 * third, n))
+        for name, lo, hi in phases:
+            w = [b for b in bins if lo <= int(b["i"]) < hi]
+            comp = sum(int(b["compressed"]) for b in w)
+            count = sum(int(b["n"]) for b in w)
+            # Messages are paced evenly, so means over messages are means over time.
+            ws = [(int(b["n"]), b) for b in w if b["cpu_util"]]
+            wn = sum(k for k, _ in ws)
+            mu = sum(k * float(b["cpu_util"]) for k, b in ws) / wn if wn else float("nan")
+            dev = sum(k * float(b["cpu_absdev"]) for k, b in ws) / wn if wn else float("nan")
+            within = sum(k * float(b["cpu_within"]) for k, b in ws) / wn if wn else float("nan")
+            shares = [float(b["cpu_share"]) for b in w if b["cpu_share"]]
             ms = sum(shares) / len(shares) if shares else float("nan")
-            print(f"| {os.path.basename(f)[:-4]} | {name} | {comp} of {len(w)} | {mu:.3f} | {dev:.3f} | {ms:.3f} |")
+            print(f"| {os.path.basename(f)[:-4]} | {name} | {comp} of {count} | {mu:.3f} | {dev:.3f} | {100 * within:.0f}% | {ms:.3f} |")
     print()

@@ -87,7 +87,7 @@ policies=(one:none one:lz4 one:snappy one:zstd-1 one:zstd-3 one:zstd-9 one:lzma-
           one:bzip2-1 one:bzip2-9 one:deflate round-robin majority adaptive)
 
 rtt_json="$out/compression_rtt.jsonl"
-[ "$PARTS" = " rtt change burner " ] && : > "$rtt_json"
+[ "$PARTS" = " rtt change burner " ] && : > "$rtt_json" && : > "$out/compression_load.tsv"
 # A partial run replaces its own lines only.
 for part in change burner; do
     if [[ "$PARTS" == *" $part "* ]] && [ -f "$rtt_json" ]; then
@@ -95,9 +95,12 @@ for part in change burner; do
         cp "$work/keep" "$rtt_json"
     fi
 done
+# Per-message CSVs stay in $work; results keep one line per 100 messages.
+downsample() { python3 "$root/docs/experiments/compression_report.py" --downsample "$1" "$2"; }
 run() { # LABEL NS ADDR MESSAGES POLICY DATASET [extra client args]
     local label=$1 ns=$2 addr=$3 n=$4 policy=$5 set=$6
     shift 6
+    printf '%s\t%s\t%s\t%s\n' "$label" "$policy" "$set" "$(cut -d' ' -f1-3 /proc/loadavg)" >>"$out/compression_load.tsv"
     ip netns exec "$ns" "$bin" client --connect "$addr" --policy "$policy" --dataset "$set" \
         --messages "$n" --label "$label" "$@" 2>>"$work/client.log" >>"$rtt_json"
 }
@@ -129,7 +132,8 @@ for p in "${policies[@]}"; do
     echo "compression_run: change run $p"
     link 100mbit 1ms
     run "change" "$A" "$target" "$total" "$p" d1 --change-at "$change" --change-to dp \
-        --at "$bw:$(link_cmd 10mbit 5ms)" --csv "$out/compression_change/${p//:/_}.csv"
+        --at "$bw:$(link_cmd 10mbit 5ms)" --csv "$work/change.csv"
+    downsample "$work/change.csv" "$out/compression_change/${p//:/_}.csv"
 done
 fi
 
@@ -145,7 +149,8 @@ for p in one:bzip2-1 adaptive; do
     echo "compression_run: burner run $p"
     run "burner" "$B" 127.0.0.1:47401 30000 "$p" dp --cpu-target 0.5 --pace-us 500 \
         --at "10000:$start_burner" --at "20000:$stop_burner" \
-        --csv "$out/compression_burner/${p//:/_}.csv"
+        --csv "$work/burner.csv"
+    downsample "$work/burner.csv" "$out/compression_burner/${p//:/_}.csv"
 done
 fi
 

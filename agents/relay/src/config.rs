@@ -223,7 +223,7 @@ impl Config {
                 target: self.cpu_target,
                 ..Default::default()
             }),
-            sampling: Sampling::Background,
+            sampling: Sampling::AfterSend,
             ..Default::default()
         }
     }

@@ -43,7 +43,17 @@ fn config(policy: PolicyKind, round: u32, cpu_target: f64) -> StreamConfig {
             target: cpu_target,
             ..Default::default()
         }),
-        sampling: Sampling::Background,
+        // HWQOS_SAMPLING=background|inline|off (diagnostics); default: after send.
+        sampling: match std::env::var("HWQOS_SAMPLING").as_deref() {
+            Ok("background") => Sampling::Background,
+            Ok("inline") => Sampling::Inline,
+            Ok("off") => Sampling::Off,
+            _ => Sampling::AfterSend,
+        },
+        probe_every: std::env::var("HWQOS_PROBE_EVERY")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(16),
         ..Default::default()
     }
 }

@@ -140,9 +140,12 @@ impl<W: AsyncWrite + Unpin> AsyncSender<W> {
     pub async fn send_msg(&mut self, msg: &[u8]) -> Result<(), WireError> {
         self.out.clear();
         lock(&self.endpoint).encode(msg, &mut self.out)?;
-        let mut w = self.writer.lock().await;
-        w.write_all(&self.out).await?;
-        w.flush().await?;
+        {
+            let mut w = self.writer.lock().await;
+            w.write_all(&self.out).await?;
+            w.flush().await?;
+        }
+        lock(&self.endpoint).run_deferred_sample();
         Ok(())
     }
 

@@ -22,7 +22,15 @@ use std::time::Instant;
 /// Where the adaptive policy compresses its samples.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Sampling {
-    /// On a background thread shared by all streams of the process (default).
+    /// On the sending thread, right after the message has been written to
+    /// the connection, while it is in flight (default): the streams call
+    /// [`Endpoint::run_deferred_sample`] after their write. A caller that
+    /// drives an [`Endpoint`] directly must do the same, or its samples are
+    /// dropped. On loopback this kept adaptive's median round trip level
+    /// with uncompressed, where a background thread added about 3 µs
+    /// (docs/experiments/compression.md).
+    AfterSend,
+    /// On a background thread shared by all streams of the process.
     Background,
     /// In the send call, after the message is framed (deterministic; tests).
     Inline,
@@ -68,7 +76,7 @@ impl Default for StreamConfig {
             alpha: 0.3,
             link_ns_per_byte: None,
             throttle: Some(ThrottleConfig::default()),
-            sampling: Sampling::Background,
+            sampling: Sampling::AfterSend,
             adaptive: AdaptiveTuning::default(),
             seed: 0x9e37_79b9_7f4a_7c15,
         }
@@ -151,9 +159,15 @@ fn sampler() -> &'static mpsc::SyncSender<SampleJob> {
                     libc::setpriority(libc::PRIO_PROCESS, libc::gettid() as libc::id_t, 19)
                 };
                 while let Ok(job) = rx.recv() {
-                    if let Some(r) = run_sample(job.codec.as_ref(), &job.data) {
-                        let _ = job.reply.send(r);
-                    }
+                    // Always answer, so the stream's in-flight count drops.
+                    let r = run_sample(job.codec.as_ref(), &job.data).unwrap_or(SampleResult {
+                        codec: job.codec.id(),
+                        bytes_in: 0,
+                        bytes_out: 0,
+                        compress_ns: 0,
+                        decompress_ns: 0,
+                    });
+                    let _ = job.reply.send(r);
                 }
             })
             .expect("spawn the sampler thread");
@@ -181,6 +195,11 @@ pub struct Endpoint {
     spent_ns: u64,
     /// Sampler time over the stream's life.
     sample_ns: u64,
+    /// Samples handed to the sampler thread and not yet answered.
+    samples_in_flight: u32,
+    /// `Sampling::AfterSend`: the codec and message of the pending sample.
+    deferred_codec: Option<Arc<dyn Codec>>,
+    deferred_msg: Vec<u8>,
     probe_seq: u32,
     /// Messages until the next probe (0: with the next message).
     until_probe: u32,
@@ -240,6 +259,9 @@ impl Endpoint {
             round_started: Instant::now(),
             spent_ns: 0,
             sample_ns: 0,
+            samples_in_flight: 0,
+            deferred_codec: None,
+            deferred_msg: Vec::new(),
             probe_seq: 0,
             until_probe: 0,
             pending_probes: VecDeque::new(),
@@ -379,11 +401,15 @@ impl Endpoint {
 
     fn drain_samples(&mut self) {
         while let Ok(r) = self.sample_rx.try_recv() {
+            self.samples_in_flight = self.samples_in_flight.saturating_sub(1);
             self.absorb_sample(r);
         }
     }
 
     fn absorb_sample(&mut self, r: SampleResult) {
+        if r.bytes_in == 0 {
+            return; // a failed sample
+        }
         self.learner
             .observe_compression(r.codec, r.bytes_in, r.bytes_out, r.compress_ns);
         self.learner
@@ -424,6 +450,7 @@ impl Endpoint {
             });
         }
         self.drain_samples();
+        self.deferred_codec = None;
         if self.sent_in_round >= self.config.round_messages.max(1) {
             self.end_round();
         }
@@ -521,7 +548,12 @@ impl Endpoint {
             // The sampler's share is over the stream's life, so a slow
             // codec's sample is paid back over the following rounds.
             let elapsed = self.epoch.elapsed().as_nanos() as f64;
-            if self.budget_left() && (self.sample_ns as f64) <= share * elapsed {
+            // One sample in flight at a time: the share check then sees the
+            // cost of every sample it allowed before allowing the next.
+            if self.samples_in_flight == 0
+                && self.budget_left()
+                && (self.sample_ns as f64) <= share * elapsed
+            {
                 if let Some(codec) = self.registry.get(candidate).cloned() {
                     match self.config.sampling {
                         Sampling::Background => {
@@ -530,7 +562,14 @@ impl Endpoint {
                                 data: Arc::from(msg),
                                 reply: self.sample_tx.clone(),
                             };
-                            let _ = sampler().try_send(job);
+                            if sampler().try_send(job).is_ok() {
+                                self.samples_in_flight += 1;
+                            }
+                        }
+                        Sampling::AfterSend => {
+                            self.deferred_msg.clear();
+                            self.deferred_msg.extend_from_slice(msg);
+                            self.deferred_codec = Some(codec);
                         }
                         Sampling::Inline => {
                             if let Some(r) = run_sample(codec.as_ref(), msg) {
@@ -551,6 +590,18 @@ impl Endpoint {
         self.stats.wire_bytes_sent += (out.len() - start_len) as u64;
         *self.sent_counts.entry(codec_id).or_default() += 1;
         Ok(codec_id)
+    }
+
+    /// `Sampling::AfterSend`: compresses and decompresses the sample chosen
+    /// by the last [`encode`](Self::encode), if any. Call it after the
+    /// encoded bytes are written, so the message is already on its way.
+    pub fn run_deferred_sample(&mut self) {
+        let Some(codec) = self.deferred_codec.take() else {
+            return;
+        };
+        if let Some(r) = run_sample(codec.as_ref(), &self.deferred_msg) {
+            self.absorb_sample(r);
+        }
     }
 
     /// Handles one frame from the peer. Returns the application message of a

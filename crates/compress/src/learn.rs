@@ -155,6 +155,10 @@ impl NetworkEstimate {
     }
 }
 
+/// Compressions of a codec within one round needed before its ratio may
+/// signal a content change.
+pub const MIN_MESSAGES_FOR_CHANGE: u32 = 4;
+
 /// Per-stream estimates and predictions.
 #[derive(Clone, Debug)]
 pub struct Learner {
@@ -249,7 +253,10 @@ impl Learner {
         let round = std::mem::take(&mut self.round);
         let mut changed = false;
         for (codec, o) in &round {
-            if o.bytes_in == 0 {
+            // One or two messages of mixed traffic (a SIP request, then a
+            // binary record) differ by more than any threshold: only a codec
+            // seen on several messages this round can signal a change.
+            if o.bytes_in == 0 || o.compressions < MIN_MESSAGES_FOR_CHANGE {
                 continue;
             }
             let e = self

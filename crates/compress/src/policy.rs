@@ -8,23 +8,26 @@
 //! - `adaptive`: the best codec gets *every* message. Other codecs are never
 //!   sent to learn about them: instead, every `explore_every`-th message is
 //!   also compressed (and decompressed locally) with one candidate codec off
-//!   the send path — on a background sampler thread, within the CPU budget —
-//!   and the candidate is only sent with once it is predicted to win. When a
-//!   round's compression ratio departs from the averages by more than
+//!   the send path — after the message has been written (the default,
+//!   [`crate::Sampling::AfterSend`]) or on a background thread, within the
+//!   CPU budget — and the candidate is only sent with once it is predicted
+//!   to win. When a round's compression ratio (of a codec seen on at least
+//!   four messages of the round) departs from the averages by more than
 //!   `change_threshold`, the averages restart and the next round samples
 //!   every message (burst), so a content change is re-evaluated within one or
 //!   two rounds. Codecs predicted at more than twice the best time are sampled
 //!   32 times less often, and the sampler may use at most 2% of the wall
 //!   time (10% during a burst). Once the choice is confident — the chosen
-//!   codec is predicted to beat every other codec by `confident_margin` —
-//!   the sampling interval (and the probe interval, see
-//!   [`Selector::backoff`]) doubles every round, up to 16 times when a
-//!   compressing codec is chosen and up to 1,024 times when `none` is (a
-//!   fast link, where exploration is pure overhead); when even a codec that
-//!   compressed to nothing could not beat `none` (its compression +
-//!   decompression cost per byte exceeds the link's), the back-off starts at
-//!   16. Any doubt (a burst, a closer race, a switch) resets it to 1. A
-//!   switch needs a 1% predicted gain (hysteresis).
+//!   codec's own cost (eq. 7.6 without the RTT/2 every codec shares) beats
+//!   every other codec's by `confident_margin` — the sampling interval (and,
+//!   while `none` is chosen, the probe interval; see [`Selector::backoff`])
+//!   doubles every round, up to 16 times. When even a codec that compressed
+//!   to nothing could not beat `none`, because its compression and
+//!   decompression cost per byte exceeds the link's (a fast link, where
+//!   exploration is pure overhead whatever the content), the back-off starts
+//!   at 16 and goes up to 1,024 times. Any doubt (a burst, a closer race, a
+//!   switch) resets it to 1. A switch needs a 1% predicted gain
+//!   (hysteresis). A stream has at most one sample in flight.
 
 use crate::codec::{CodecId, Registry};
 use crate::learn::Learner;
@@ -159,11 +162,11 @@ pub struct Selector {
     backoff: u32,
 }
 
-/// Largest back-off while a compressing codec is chosen: candidates are
-/// still visited every few hundred messages.
-const MAX_BACKOFF_COMPRESSING: u32 = 16;
-/// Largest back-off while `none` is chosen and confidently so.
-const MAX_BACKOFF_NONE: u32 = 1024;
+/// Largest back-off of a confident choice: candidates are still sampled
+/// every `explore_every` × 16 messages.
+const MAX_BACKOFF_CONFIDENT: u32 = 16;
+/// Largest back-off while no codec could beat `none` on this link.
+const MAX_BACKOFF_HOPELESS: u32 = 1024;
 
 impl Selector {
     /// `codecs` are the negotiated ones (must include `none`); an unknown
@@ -318,23 +321,26 @@ impl Selector {
                     !self.burst && matches!((link, cheapest), (Some(b), Some(c)) if c > b);
                 // Confidence: the chosen codec's prediction beats every other
                 // codec's (none included) by the margin.
+                // RTT/2 is common to every codec and left out: on a long
+                // link it would make every choice look like a close race.
+                let half_rtt = learner.net.rtt_ns.get().unwrap_or(0.0) / 2.0;
+                let own = |c: CodecId| learner.predict(c, size).map(|t| (t - half_rtt).max(0.0));
+                let margin = 1.0 + self.tuning.confident_margin;
                 let confident = !self.burst
-                    && learner.predict(self.chosen, size).is_some_and(|t_chosen| {
-                        self.codecs.iter().filter(|&&c| c != self.chosen).all(|&c| {
-                            learner.predict(c, size).is_some_and(|t| {
-                                t_chosen * (1.0 + self.tuning.confident_margin) < t
-                            })
-                        })
+                    && own(self.chosen).is_some_and(|t_chosen| {
+                        self.codecs
+                            .iter()
+                            .filter(|&&c| c != self.chosen)
+                            .all(|&c| own(c).is_some_and(|t| t_chosen * margin < t))
                     });
-                let cap = if self.chosen == CodecId::NONE {
-                    MAX_BACKOFF_NONE
-                } else {
-                    MAX_BACKOFF_COMPRESSING
-                };
+                // Hopelessness depends on the link and the codecs' speed, not
+                // on the content, so only then may sampling all but stop;
+                // otherwise a content change must still be seen within a
+                // few hundred messages.
                 self.backoff = if self.hopeless && self.chosen == CodecId::NONE {
-                    (self.backoff * 2).max(16).min(cap)
+                    (self.backoff * 2).clamp(16, MAX_BACKOFF_HOPELESS)
                 } else if confident {
-                    (self.backoff * 2).min(cap)
+                    (self.backoff * 2).min(MAX_BACKOFF_CONFIDENT)
                 } else {
                     1
                 };

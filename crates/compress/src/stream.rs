@@ -127,6 +127,7 @@ impl<S: Read + Write> MessageStream<S> {
         }
         self.io.write_all(&self.out)?;
         self.io.flush()?;
+        self.endpoint.run_deferred_sample();
         Ok(())
     }
 
