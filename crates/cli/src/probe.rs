@@ -54,7 +54,7 @@ pub fn run(args: &ProbeArgs, out: &mut dyn Write) -> Result<u8> {
             seed: args.seed,
             timer_requests: args.timer_requests,
             timer_max_ms: args.timer_max_ms,
-            memlat_max_bytes: None,
+            ..ProbeOptions::default()
         };
         Some(probe::run(&kinds, &options, |k| {
             eprintln!("hwqos probe: {k} …");
@@ -252,7 +252,7 @@ fn print_os(os: &OsInventory, out: &mut dyn Write) -> Result<()> {
 fn print_measured(m: &Measured, out: &mut dyn Write) -> Result<()> {
     writeln!(
         out,
-        "\nMeasured on CPU {} in {:.1} s{}{}{} (median, mean ± 95 % CI, min, batches)",
+        "\nMeasured on CPU {} in {:.1} s{}{}{} ({}, mean ± 95 % CI, min, batches)",
         m.cpu,
         m.duration_s,
         if m.quick { ", quick" } else { "" },
@@ -268,7 +268,12 @@ fn print_measured(m: &Measured, out: &mut dyn Write) -> Result<()> {
                 s * 100.0
             ),
             _ => String::new(),
-        }
+        },
+        if m.rounds > 1 {
+            format!("median of {} interleaved repetitions' medians", m.rounds)
+        } else {
+            "median".to_string()
+        },
     )?;
     let ns = |v: f64| fmt_ns(v);
     if let Some(c) = &m.clock {
@@ -389,14 +394,15 @@ fn print_measured(m: &Measured, out: &mut dyn Write) -> Result<()> {
         )?;
         writeln!(
             out,
-            "  {:<18} {:>12} {:>12} {:>12} {:>12} {:>12} {:>7}",
-            "strategy", "AESM", "sqrt(AESV)", "RESM", "RESV", "max error", "CPU"
+            "  {:<18} {:>12} {:>12} {:>12} {:>12} {:>12} {:>12} {:>7}",
+            "strategy", "median AE", "AESM", "sqrt(AESV)", "RESM", "RESV", "max error", "CPU"
         )?;
         for s in &t.strategies {
             writeln!(
                 out,
-                "  {:<18} {:>12} {:>12} {:>12.3e} {:>12.3e} {:>12} {:>6.1}%",
+                "  {:<18} {:>12} {:>12} {:>12} {:>12.3e} {:>12.3e} {:>12} {:>6.1}%",
                 s.strategy,
+                fmt_ns(s.ae_median_ns),
                 fmt_ns(s.aesm_ns),
                 fmt_ns(s.aesv_ns2.sqrt()),
                 s.resm,
@@ -454,19 +460,19 @@ pub fn render_latency_svg(m: &probe::memlat::MemLatResult, title: &str) -> Resul
         let kib = |b: u64| b as f64 / 1024.0;
         chart
             .draw_series(LineSeries::new(
-                m.points.iter().map(|p| (kib(p.size_bytes), p.min_ns)),
+                m.points.iter().map(|p| (kib(p.size_bytes), p.median_ns)),
                 BLUE.stroke_width(2),
             ))
             .map_err(draw_err)?
-            .label("fastest of repeats")
+            .label("median of sweeps (inferred from)")
             .legend(|(x, y)| PathElement::new([(x, y), (x + 16, y)], BLUE.stroke_width(2)));
         chart
             .draw_series(LineSeries::new(
-                m.points.iter().map(|p| (kib(p.size_bytes), p.median_ns)),
+                m.points.iter().map(|p| (kib(p.size_bytes), p.min_ns)),
                 BLUE.mix(0.35),
             ))
             .map_err(draw_err)?
-            .label("median of repeats")
+            .label("fastest sweep")
             .legend(|(x, y)| PathElement::new([(x, y), (x + 16, y)], BLUE.mix(0.35)));
         for (i, lvl) in m.levels.iter().enumerate() {
             let x = kib(lvl.effective_size_bytes);

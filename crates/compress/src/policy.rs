@@ -201,7 +201,15 @@ impl Selector {
             backoff: 1,
         };
         s.uniform();
-        s.explore_list = s.compressing().into_iter().map(|c| (c, 1)).collect();
+        // Until the link is measured only the first compressing codec (the
+        // cheapest by registry order: lz4) is sampled; the slow ones are
+        // introduced once some codec could win at all (see `start_round`).
+        s.explore_list = s
+            .compressing()
+            .into_iter()
+            .take(1)
+            .map(|c| (c, 1))
+            .collect();
         s
     }
 
@@ -284,6 +292,23 @@ impl Selector {
                     .compressing()
                     .iter()
                     .all(|&c| learner.predict(c, size).is_some());
+                // When even a codec that compressed to nothing could not win
+                // (the cheapest known compression + decompression costs more
+                // than sending the whole message: loopback, fast links),
+                // sampling cannot change the choice. Codecs are measured
+                // cheapest first, so the slower unmeasured ones are not
+                // sampled in a burst then (a first lzma-6 or bzip2-9 sample
+                // costs a millisecond or more, mostly setting up its state).
+                let link = learner.net.link_ns_per_byte();
+                let cheapest = self
+                    .compressing()
+                    .iter()
+                    .filter_map(|c| {
+                        let e = learner.codecs.get(c)?;
+                        Some(e.compress_ns_per_byte.get()? + e.decompress_ns_per_byte()?)
+                    })
+                    .min_by(f64::total_cmp);
+                let cannot_win = matches!((link, cheapest), (Some(b), Some(c)) if c > b);
                 if let Some((best, t_best)) = best {
                     let t_chosen = learner.predict(self.chosen, size);
                     let switch = match t_chosen {
@@ -298,27 +323,16 @@ impl Selector {
                         .into_iter()
                         .filter(|&c| c != self.chosen)
                         .map(|c| {
-                            let slow = learner.predict(c, size).is_some_and(|t| t > 2.0 * t_best);
+                            let slow = match learner.predict(c, size) {
+                                Some(t) => t > 2.0 * t_best,
+                                None => cannot_win,
+                            };
                             (c, if slow { 32 } else { 1 })
                         })
                         .collect();
                 }
-                self.burst = content_changed || !all_known;
-                // When even a codec that compressed to nothing could not win
-                // (the cheapest known compression + decompression costs more
-                // than sending the whole message), sampling cannot change the
-                // choice: sample 16 times less often (loopback, fast links).
-                let link = learner.net.link_ns_per_byte();
-                let cheapest = self
-                    .compressing()
-                    .iter()
-                    .filter_map(|c| {
-                        let e = learner.codecs.get(c)?;
-                        Some(e.compress_ns_per_byte.get()? + e.decompress_ns_per_byte()?)
-                    })
-                    .min_by(f64::total_cmp);
-                self.hopeless =
-                    !self.burst && matches!((link, cheapest), (Some(b), Some(c)) if c > b);
+                self.burst = content_changed || (!all_known && !cannot_win);
+                self.hopeless = !self.burst && cannot_win;
                 // Confidence: the chosen codec's prediction beats every other
                 // codec's (none included) by the margin.
                 // RTT/2 is common to every codec and left out: on a long

@@ -404,3 +404,31 @@ fn a_confident_compressing_choice_backs_off_at_most_16_times() {
     assert_ne!(a.selector().chosen(), CodecId::NONE);
     assert!(a.selector().backoff() <= 16, "{}", a.selector().backoff());
 }
+
+#[test]
+fn where_no_codec_can_win_the_slow_codecs_are_never_sampled() {
+    let mut cfg = sim_config("adaptive");
+    cfg.link_ns_per_byte = Some(0.0);
+    let (mut a, mut b) = pair(cfg);
+    for _ in 0..2000 {
+        send(&mut a, &mut b, &[b'x'; 500]);
+    }
+    // Round 0 measures lz4 alone; it cannot beat a free link, so the
+    // expensive codecs (whose first sample costs the most) are left alone.
+    let learner = a.learner();
+    assert!(learner.codecs.contains_key(&CodecId::LZ4));
+    for slow in [
+        CodecId::LZMA6,
+        CodecId::BZIP2_9,
+        CodecId::BZIP2_1,
+        CodecId::LZMA0,
+    ] {
+        assert!(
+            learner
+                .codecs
+                .get(&slow)
+                .is_none_or(|e| e.ratio.count() == 0),
+            "{slow} was sampled"
+        );
+    }
+}

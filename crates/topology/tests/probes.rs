@@ -74,7 +74,7 @@ fn pointer_chase_finds_the_sysfs_l1d_and_an_l2_within_sysfs_l2() {
         ..ProbeOptions::default()
     };
     // Robust statistics against other work on a shared machine: each run
-    // keeps the fastest of 3 sweeps per size, and of 3 runs the LARGEST
+    // infers from the median of 3 sweeps per size, and of 3 runs the LARGEST
     // inferred capacity counts — interference (another hyperthread or VM
     // using the same cache) can only make a cache look smaller, never larger.
     let runs: Vec<memlat::MemLatResult> = (0..3)
@@ -94,7 +94,7 @@ fn pointer_chase_finds_the_sysfs_l1d_and_an_l2_within_sysfs_l2() {
                 r.points
                     .iter()
                     .filter(|p| p.size_bytes >= l1d / 4 && p.size_bytes <= l1d * 2)
-                    .map(|p| (p.size_bytes / 1024, (p.min_ns * 100.0).round() / 100.0))
+                    .map(|p| (p.size_bytes / 1024, (p.median_ns * 100.0).round() / 100.0))
                     .collect::<Vec<_>>()
             })
             .collect::<Vec<_>>()

@@ -40,7 +40,11 @@ pub fn run(options: &ProbeOptions, topo: Option<&Topology>) -> Result<BandwidthR
     let words = (bytes / 8) as usize;
     let mut a = vec![1u64; words];
     let mut b = vec![2u64; words];
-    let repeats = options.repeats().min(if options.quick { 3 } else { 10 });
+    let repeats = options.share(
+        options
+            .repeats_total()
+            .min(if options.quick { 3 } else { 10 }),
+    );
     let overhead = super::timing_overhead_ns();
     let time = |f: &mut dyn FnMut()| {
         let t0 = monotonic_ns();
@@ -64,5 +68,17 @@ pub fn run(options: &ProbeOptions, topo: Option<&Topology>) -> Result<BandwidthR
         read_gbs: summarize(&read).ok_or_else(none)?,
         write_gbs: summarize(&write).ok_or_else(none)?,
         copy_gbs: summarize(&copy).ok_or_else(none)?,
+    })
+}
+
+/// Merges interleaved repetitions (see [`super::merge_summaries`]): the
+/// headline rate is the median of the repetitions' median rates.
+pub fn merge(parts: Vec<BandwidthResult>) -> Option<BandwidthResult> {
+    use super::merge_field;
+    Some(BandwidthResult {
+        buffer_bytes: parts.first()?.buffer_bytes,
+        read_gbs: merge_field(&parts, |p| &p.read_gbs)?,
+        write_gbs: merge_field(&parts, |p| &p.write_gbs)?,
+        copy_gbs: merge_field(&parts, |p| &p.copy_gbs)?,
     })
 }

@@ -2,7 +2,7 @@
 //! x86-64) and the TSC rate: TSC ticks per second of `CLOCK_MONOTONIC`, the
 //! factor that turns TSC deltas (and ns) into cycles of the TSC.
 
-use super::{per_op_ns, pin, ProbeError, ProbeOptions};
+use super::{merge_field, merge_summaries, per_op_ns, pin, ProbeError, ProbeOptions};
 use hwqos_core::stats::Summary;
 use hwqos_core::time::monotonic_ns;
 use serde::{Deserialize, Serialize};
@@ -69,7 +69,7 @@ pub fn run(options: &ProbeOptions) -> Result<ClockResult, ProbeError> {
             black_box(rdtsc());
         })
     });
-    let intervals: Vec<f64> = (0..if options.quick { 3 } else { 10 })
+    let intervals: Vec<f64> = (0..options.share(if options.quick { 3 } else { 10 }).max(2))
         .filter_map(|_| tsc_rate(if options.quick { 10 } else { 20 }))
         .collect();
     let tsc_hz_summary = hwqos_core::stats::summarize(&intervals);
@@ -80,5 +80,20 @@ pub fn run(options: &ProbeOptions) -> Result<ClockResult, ProbeError> {
         tsc_hz: tsc_hz_summary.map(|s| s.median),
         tsc_hz_summary,
         tsc_invariant: topo.is_some_and(|t| t.invariant_tsc()),
+    })
+}
+
+/// Merges interleaved repetitions (see [`super::merge_summaries`]).
+pub fn merge(parts: Vec<ClockResult>) -> Option<ClockResult> {
+    let first = parts.first()?;
+    let rdtsc: Vec<Summary> = parts.iter().filter_map(|p| p.rdtsc_ns).collect();
+    let rates: Vec<Summary> = parts.iter().filter_map(|p| p.tsc_hz_summary).collect();
+    let tsc_hz_summary = merge_summaries(&rates);
+    Some(ClockResult {
+        clock_gettime_ns: merge_field(&parts, |p| &p.clock_gettime_ns)?,
+        rdtsc_ns: merge_summaries(&rdtsc),
+        tsc_hz: tsc_hz_summary.map(|s| s.median),
+        tsc_hz_summary,
+        tsc_invariant: first.tsc_invariant,
     })
 }

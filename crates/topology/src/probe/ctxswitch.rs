@@ -330,3 +330,26 @@ pub fn run(options: &ProbeOptions) -> Result<CtxSwitchResult, ProbeError> {
         processes,
     })
 }
+
+fn merge_pingpong(parts: &[&PingPong]) -> Option<PingPong> {
+    let counted: Option<Vec<u64>> = parts.iter().map(|p| p.counted_switches).collect();
+    Some(PingPong {
+        round_trip_ns: super::merge_field(parts, |p| &p.round_trip_ns)?,
+        switch_ns: super::merge_field(parts, |p| &p.switch_ns)?,
+        rounds: parts.iter().map(|p| p.rounds).sum(),
+        counted_switches: counted.map(|c| c.iter().sum()),
+        counter_error: parts.iter().find_map(|p| p.counter_error.clone()),
+    })
+}
+
+/// Merges interleaved repetitions (see [`super::merge_summaries`]); the
+/// counted switches and rounds add up.
+pub fn merge(parts: Vec<CtxSwitchResult>) -> Option<CtxSwitchResult> {
+    let threads: Vec<&PingPong> = parts.iter().map(|p| &p.threads).collect();
+    let processes: Vec<&PingPong> = parts.iter().map(|p| &p.processes).collect();
+    Some(CtxSwitchResult {
+        pipe_pair_ns: super::merge_field(&parts, |p| &p.pipe_pair_ns)?,
+        threads: merge_pingpong(&threads)?,
+        processes: merge_pingpong(&processes)?,
+    })
+}

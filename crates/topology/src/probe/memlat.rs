@@ -16,7 +16,12 @@
 //! still below the geometric midpoint of the two levels. For an LRU-like cache
 //! (a cyclic chase larger than the cache misses on every load) that is the
 //! capacity; for a cache with random replacement it is somewhat above. It is a pure function so it is unit-tested on
-//! synthetic curves; the live probe only feeds it measured minima.
+//! synthetic curves; the live probe feeds it the per-size MEDIAN over the
+//! sweeps. Under [`super::run`] each interleaved repetition does one whole
+//! sweep, and [`merge`] takes the median across repetitions per size before
+//! the inference: a disturbance lasting about one sweep then moves one value
+//! of five per size and no boundary. (The minimum, used before, let one
+//! lucky or one slow sweep pick the boundary step.)
 
 use super::{pin, ProbeError, ProbeOptions, SplitMix64};
 use crate::Topology;
@@ -40,8 +45,9 @@ const HUGE_PAGE: usize = 2 << 20;
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct LatencyPoint {
     pub size_bytes: u64,
-    /// Fastest repeat, ns per load (what the inference uses).
+    /// Fastest sweep, ns per load.
     pub min_ns: f64,
+    /// Median over the sweeps, ns per load (what the inference uses).
     pub median_ns: f64,
 }
 
@@ -319,7 +325,12 @@ pub fn run(
     } else {
         (4, 4, options.repeats.unwrap_or(3))
     };
-    let repeats = repeats.max(1);
+    // Interleaved: one sweep per repetition unless --repeats asks for more.
+    let repeats = match options.round {
+        Some((_, n)) if n > 1 => options.share(options.repeats.unwrap_or(n)),
+        _ => repeats,
+    }
+    .max(1);
     let max = options
         .memlat_max_bytes
         .unwrap_or(llc * factor)
@@ -381,14 +392,57 @@ pub fn run(
     })
 }
 
-/// Turns a curve into levels matched to sysfs, and the memory latency.
+/// Merges interleaved repetitions (each one or more whole sweeps over the
+/// same sizes): per size the median of the repetitions' medians and the
+/// overall minimum, then the levels inferred from the merged curve.
+pub fn merge(parts: Vec<MemLatResult>, topo: Option<&Topology>, cpu: u32) -> Option<MemLatResult> {
+    let first = parts.first()?;
+    if parts.len() == 1 {
+        return parts.into_iter().next();
+    }
+    let points: Vec<LatencyPoint> = first
+        .points
+        .iter()
+        .enumerate()
+        .map(|(i, p)| {
+            let same: Vec<&LatencyPoint> = parts
+                .iter()
+                .filter_map(|r| r.points.get(i))
+                .filter(|q| q.size_bytes == p.size_bytes)
+                .collect();
+            let medians: Vec<f64> = same.iter().map(|q| q.median_ns).collect();
+            LatencyPoint {
+                size_bytes: p.size_bytes,
+                min_ns: same.iter().map(|q| q.min_ns).fold(f64::INFINITY, f64::min),
+                median_ns: hwqos_core::stats::median(&medians).unwrap_or(p.median_ns),
+            }
+        })
+        .collect();
+    let tsc_ghz = first.tsc_ghz;
+    let (levels, memory_latency_ns) = levels_of(&points, topo, cpu, tsc_ghz);
+    Some(MemLatResult {
+        points,
+        levels,
+        memory_latency_ns,
+        memory_latency_cycles: tsc_ghz.map(|g| memory_latency_ns * g),
+        tsc_ghz,
+        steps_per_octave: first.steps_per_octave,
+        line_size: first.line_size,
+        repeats: parts.iter().map(|p| p.repeats).sum(),
+        huge_pages_advised: parts.iter().all(|p| p.huge_pages_advised),
+        seed: first.seed,
+    })
+}
+
+/// Turns a curve into levels matched to sysfs, and the memory latency
+/// (inferred from each point's `median_ns`).
 pub fn levels_of(
     points: &[LatencyPoint],
     topo: Option<&Topology>,
     cpu: u32,
     tsc_ghz: Option<f64>,
 ) -> (Vec<InferredLevel>, f64) {
-    let lat: Vec<f64> = points.iter().map(|p| p.min_ns).collect();
+    let lat: Vec<f64> = points.iter().map(|p| p.median_ns).collect();
     let plateaus = infer_plateaus(&lat);
     let Some((memory, caches)) = plateaus.split_last() else {
         return (Vec::new(), f64::NAN);

@@ -16,6 +16,18 @@
 //!
 //! Each probe is a function taking [`ProbeOptions`] and returning a result
 //! struct; [`run`] runs a selection of them into a [`Measured`].
+//!
+//! **Interleaved repetitions.** On a shared machine (a cloud VM) other work
+//! disturbs the node for a second or so at a time. Run back to back, such a
+//! disturbance falls on most samples of ONE probe and shifts that probe's
+//! median for the whole run. [`run`] therefore splits every probe's batches
+//! into `R` repetitions ([`ProbeOptions::rounds`], default 5, quick 3) and
+//! runs them round-robin over the whole run (clock 1, syscall 1, …, timer 1,
+//! clock 2, …), so a disturbance hits one repetition of each probe. The
+//! repetitions are merged with [`merge_summaries`]: the headline `median` is
+//! the median of the repetition medians (robust to one or two disturbed
+//! repetitions of five), while `n`, `mean`, `stddev`, `min`, `max` and the
+//! 95 % CI are exact over all samples of all repetitions.
 
 pub mod bandwidth;
 pub mod clock;
@@ -74,6 +86,12 @@ pub struct ProbeOptions {
     /// Memory-latency sweep: stop at this working-set size instead of 4× the
     /// LLC (2× in quick mode).
     pub memlat_max_bytes: Option<u64>,
+    /// Interleaved repetitions [`run`] splits each probe into; default 5
+    /// (quick 3). 1 runs every probe in one piece.
+    pub rounds: Option<usize>,
+    /// Set by [`run`]: this call is repetition `.0` of `.1` and does its share
+    /// (about `1/.1`) of the probe's batches. `None`: the whole probe.
+    pub round: Option<(usize, usize)>,
 }
 
 impl Default for ProbeOptions {
@@ -86,6 +104,8 @@ impl Default for ProbeOptions {
             timer_requests: None,
             timer_max_ms: None,
             memlat_max_bytes: None,
+            rounds: None,
+            round: None,
         }
     }
 }
@@ -101,10 +121,31 @@ impl ProbeOptions {
         }
     }
 
+    /// Batches of this call: the probe's total, or this repetition's share
+    /// of it (at least 2, so every repetition has a spread).
     pub(crate) fn repeats(&self) -> usize {
+        self.share(self.repeats_total()).max(2)
+    }
+
+    /// Batches of the whole probe over all repetitions.
+    pub(crate) fn repeats_total(&self) -> usize {
         self.repeats
             .unwrap_or(if self.quick { 5 } else { 15 })
             .max(2)
+    }
+
+    /// This call's share of `total` units: all of them outside a round,
+    /// else `ceil(total / rounds)` (at least 1).
+    pub(crate) fn share(&self, total: usize) -> usize {
+        match self.round {
+            Some((_, n)) if n > 1 => total.div_ceil(n).max(1),
+            _ => total,
+        }
+    }
+
+    /// Interleaved repetitions of [`run`].
+    pub fn rounds(&self) -> usize {
+        self.rounds.unwrap_or(if self.quick { 3 } else { 5 }).max(1)
     }
 
     /// Scales a default batch size down for quick mode.
@@ -199,6 +240,10 @@ pub struct Measured {
     /// Share of the pinned CPU's time NOT idle while the probes ran (the
     /// probes' own work plus everything else that ran there).
     pub busy_fraction: Option<f64>,
+    /// Interleaved repetitions each probe was split into (0 in files written
+    /// before repetitions existed: one piece per probe).
+    #[serde(default)]
+    pub rounds: usize,
     pub clock: Option<clock::ClockResult>,
     pub syscall: Option<syscall::SyscallResult>,
     pub ctxswitch: Option<ctxswitch::CtxSwitchResult>,
@@ -212,8 +257,11 @@ pub struct Measured {
 }
 
 /// Runs `kinds` (in the order of [`ProbeKind::ALL`]) and collects their results.
-/// A failing probe is recorded in [`Measured::errors`]; the rest still run.
-/// `progress` is called with each probe's name before it starts.
+/// Each probe runs as [`ProbeOptions::rounds`] repetitions interleaved
+/// round-robin with the other probes' (see the module docs), merged at the end.
+/// A failing probe is recorded in [`Measured::errors`] and not run again; the
+/// rest still run. `progress` is called with each probe's name before its
+/// first repetition.
 pub fn run(
     kinds: &[ProbeKind],
     options: &ProbeOptions,
@@ -221,53 +269,96 @@ pub fn run(
 ) -> Measured {
     let start = monotonic_ns();
     let cpu = options.cpu.unwrap_or_else(default_cpu);
-    let options = ProbeOptions {
-        cpu: Some(cpu),
-        ..options.clone()
-    };
+    let rounds = options.rounds();
     let mut m = Measured {
         cpu,
         quick: options.quick,
         seed: options.seed,
         loadavg_1m: loadavg_1m(),
+        rounds,
         ..Measured::default()
     };
     let stat_start = cpu_times(cpu);
     let mut kinds = kinds.to_vec();
     kinds.sort();
     kinds.dedup();
+    let topo = crate::Topology::this_node().ok();
     // memlat converts ns to cycles with the TSC rate the clock probe measures.
     let mut tsc_hz = None;
-    for kind in kinds {
-        progress(kind);
-        let r: Result<(), ProbeError> = (|| {
-            match kind {
-                ProbeKind::Clock => {
-                    let c = clock::run(&options)?;
-                    tsc_hz = c.tsc_hz;
-                    m.clock = Some(c);
-                }
-                ProbeKind::Syscall => m.syscall = Some(syscall::run(&options)?),
-                ProbeKind::Ctxswitch => m.ctxswitch = Some(ctxswitch::run(&options)?),
-                ProbeKind::Memlat => {
-                    let topo = crate::Topology::this_node().ok();
-                    let hz = tsc_hz.or_else(clock::tsc_hz_quick);
-                    m.memlat = Some(memlat::run(&options, topo.as_ref(), hz)?)
-                }
-                ProbeKind::Bandwidth => {
-                    let topo = crate::Topology::this_node().ok();
-                    m.bandwidth = Some(bandwidth::run(&options, topo.as_ref())?)
-                }
-                ProbeKind::Pagefault => m.pagefault = Some(pagefault::run(&options)?),
-                ProbeKind::Net => m.net = Some(net::run(&options)?),
-                ProbeKind::Timer => m.timer = Some(timer::run(&options)?),
+    let mut parts = Parts::default();
+    let mut failed: Vec<ProbeKind> = Vec::new();
+    for round in 0..rounds {
+        let options = ProbeOptions {
+            cpu: Some(cpu),
+            round: (rounds > 1).then_some((round, rounds)),
+            ..options.clone()
+        };
+        for &kind in &kinds {
+            if failed.contains(&kind) {
+                continue;
             }
-            Ok(())
-        })();
-        if let Err(e) = r {
-            tracing::warn!("probe {kind} failed: {e}");
-            m.errors.push((kind, e.to_string()));
+            if round == 0 {
+                progress(kind);
+            }
+            let r: Result<(), ProbeError> = (|| {
+                match kind {
+                    ProbeKind::Clock => {
+                        let c = clock::run(&options)?;
+                        if tsc_hz.is_none() {
+                            tsc_hz = c.tsc_hz;
+                        }
+                        parts.clock.push(c);
+                    }
+                    ProbeKind::Syscall => parts.syscall.push(syscall::run(&options)?),
+                    ProbeKind::Ctxswitch => parts.ctxswitch.push(ctxswitch::run(&options)?),
+                    ProbeKind::Memlat => {
+                        if tsc_hz.is_none() {
+                            tsc_hz = clock::tsc_hz_quick();
+                        }
+                        parts
+                            .memlat
+                            .push(memlat::run(&options, topo.as_ref(), tsc_hz)?)
+                    }
+                    ProbeKind::Bandwidth => parts
+                        .bandwidth
+                        .push(bandwidth::run(&options, topo.as_ref())?),
+                    ProbeKind::Pagefault => parts.pagefault.push(pagefault::run(&options)?),
+                    ProbeKind::Net => parts.net.push(net::run(&options)?),
+                    ProbeKind::Timer => parts.timer.push(timer::run(&options)?),
+                }
+                Ok(())
+            })();
+            if let Err(e) = r {
+                tracing::warn!("probe {kind} failed: {e}");
+                m.errors.push((kind, e.to_string()));
+                failed.push(kind);
+            }
         }
+    }
+    let ok = |k: ProbeKind| !failed.contains(&k);
+    if ok(ProbeKind::Clock) {
+        m.clock = clock::merge(parts.clock);
+    }
+    if ok(ProbeKind::Syscall) {
+        m.syscall = syscall::merge(parts.syscall);
+    }
+    if ok(ProbeKind::Ctxswitch) {
+        m.ctxswitch = ctxswitch::merge(parts.ctxswitch);
+    }
+    if ok(ProbeKind::Memlat) {
+        m.memlat = memlat::merge(parts.memlat, topo.as_ref(), cpu);
+    }
+    if ok(ProbeKind::Bandwidth) {
+        m.bandwidth = bandwidth::merge(parts.bandwidth);
+    }
+    if ok(ProbeKind::Pagefault) {
+        m.pagefault = pagefault::merge(parts.pagefault);
+    }
+    if ok(ProbeKind::Net) {
+        m.net = net::merge(parts.net);
+    }
+    if ok(ProbeKind::Timer) {
+        m.timer = timer::merge(parts.timer);
     }
     m.duration_s = (monotonic_ns() - start) as f64 / 1e9;
     m.loadavg_1m_end = loadavg_1m();
@@ -277,6 +368,82 @@ pub fn run(
         m.busy_fraction = Some(1.0 - b.idle.saturating_sub(a.idle) as f64 / total);
     }
     m
+}
+
+/// The repetitions of each probe, before merging.
+#[derive(Default)]
+struct Parts {
+    clock: Vec<clock::ClockResult>,
+    syscall: Vec<syscall::SyscallResult>,
+    ctxswitch: Vec<ctxswitch::CtxSwitchResult>,
+    memlat: Vec<memlat::MemLatResult>,
+    bandwidth: Vec<bandwidth::BandwidthResult>,
+    pagefault: Vec<pagefault::PageFaultResult>,
+    net: Vec<net::NetResult>,
+    timer: Vec<timer::TimerResult>,
+}
+
+/// Merges the summaries of repetitions of one quantity into one summary.
+///
+/// - `median`: the median of the repetitions' medians. A disturbance that
+///   lasts about one repetition moves one of the R medians, and the median
+///   of R values ignores up to ⌈R/2⌉−1 of them; the pooled median would not
+///   (its samples from a disturbed repetition still pull it).
+/// - `n`, `mean`, `min`, `max`: exact over all samples; `stddev`: the exact
+///   pooled sample standard deviation (within- plus between-repetition sums
+///   of squares); `ci95`: Student-t interval of the mean from those.
+/// - `p99`: the largest repetition p99 (an upper bound of the pooled p99).
+///
+/// `None` for no parts; one part is returned unchanged.
+pub fn merge_summaries(parts: &[Summary]) -> Option<Summary> {
+    match parts {
+        [] => return None,
+        [one] => return Some(*one),
+        _ => {}
+    }
+    let n: usize = parts.iter().map(|p| p.n).sum();
+    let nf = n as f64;
+    let mean = parts.iter().map(|p| p.n as f64 * p.mean).sum::<f64>() / nf;
+    let ss: f64 = parts
+        .iter()
+        .map(|p| {
+            let within = (p.n.saturating_sub(1)) as f64 * p.stddev * p.stddev;
+            within + p.n as f64 * (p.mean - mean).powi(2)
+        })
+        .sum();
+    let stddev = if n > 1 { (ss / (nf - 1.0)).sqrt() } else { 0.0 };
+    let medians: Vec<f64> = parts.iter().map(|p| p.median).collect();
+    let ci95 = (n >= 2)
+        .then(|| hwqos_core::stats::student_t_quantile(0.975, nf - 1.0))
+        .flatten()
+        .map(|t| hwqos_core::stats::ConfidenceInterval {
+            mean,
+            half_width: t * stddev / nf.sqrt(),
+            level: 0.95,
+            n,
+        });
+    Some(Summary {
+        n,
+        min: parts.iter().map(|p| p.min).fold(f64::INFINITY, f64::min),
+        max: parts
+            .iter()
+            .map(|p| p.max)
+            .fold(f64::NEG_INFINITY, f64::max),
+        mean,
+        median: hwqos_core::stats::median(&medians)?,
+        stddev,
+        p99: parts
+            .iter()
+            .map(|p| p.p99)
+            .fold(f64::NEG_INFINITY, f64::max),
+        ci95,
+    })
+}
+
+/// [`merge_summaries`] of one field of every part.
+pub(crate) fn merge_field<T>(parts: &[T], field: impl Fn(&T) -> &Summary) -> Option<Summary> {
+    let v: Vec<Summary> = parts.iter().map(|p| *field(p)).collect();
+    merge_summaries(&v)
 }
 
 /// Jiffies of one CPU from `/proc/stat`.
@@ -446,6 +613,46 @@ mod tests {
             let u = r.unit();
             assert!((0.0..1.0).contains(&u));
         }
+    }
+
+    #[test]
+    fn merged_summaries_pool_exactly_and_take_the_median_of_medians() {
+        let reps: [&[f64]; 3] = [&[1.0, 2.0, 3.0], &[2.0, 3.0, 4.0, 5.0], &[100.0, 101.0]];
+        let parts: Vec<Summary> = reps.iter().map(|r| summarize(r).unwrap()).collect();
+        let all: Vec<f64> = reps.concat();
+        let pooled = summarize(&all).unwrap();
+        let m = merge_summaries(&parts).unwrap();
+        assert_eq!(m.n, 9);
+        assert_eq!((m.min, m.max), (1.0, 101.0));
+        assert!((m.mean - pooled.mean).abs() < 1e-9);
+        assert!((m.stddev - pooled.stddev).abs() < 1e-9, "{m:?} {pooled:?}");
+        let ci = m.ci95.unwrap();
+        let want = pooled.ci95.unwrap();
+        assert!((ci.half_width - want.half_width).abs() < 1e-9);
+        // Repetition medians 2, 3.5, 100.5: the disturbed one does not move it.
+        assert_eq!(m.median, 3.5);
+        assert_eq!(merge_summaries(&parts[..1]), Some(parts[0]));
+        assert_eq!(merge_summaries(&[]), None);
+    }
+
+    #[test]
+    fn repetitions_share_the_batches() {
+        let o = ProbeOptions::default();
+        assert_eq!(o.repeats(), 15);
+        let r = ProbeOptions {
+            round: Some((1, 5)),
+            ..ProbeOptions::default()
+        };
+        assert_eq!(r.repeats(), 3);
+        assert_eq!(r.share(40), 8);
+        assert_eq!(r.share(1), 1);
+        let q = ProbeOptions {
+            round: Some((0, 3)),
+            ..ProbeOptions::quick()
+        };
+        assert_eq!(q.repeats(), 2);
+        assert_eq!(ProbeOptions::default().rounds(), 5);
+        assert_eq!(ProbeOptions::quick().rounds(), 3);
     }
 
     #[test]

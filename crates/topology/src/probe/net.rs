@@ -88,3 +88,11 @@ pub fn run(options: &ProbeOptions) -> Result<NetResult, ProbeError> {
         Err(_) => Err(ProbeError::Other("loopback echo server panicked".into())),
     }
 }
+
+/// Merges interleaved repetitions (see [`super::merge_summaries`]).
+pub fn merge(parts: Vec<NetResult>) -> Option<NetResult> {
+    Some(NetResult {
+        rtt_ns: super::merge_field(&parts, |p| &p.rtt_ns)?,
+        connect_ns: super::merge_field(&parts, |p| &p.connect_ns)?,
+    })
+}

@@ -83,3 +83,20 @@ pub fn run(options: &ProbeOptions) -> Result<PageFaultResult, ProbeError> {
         faults_per_page: faults as f64 / (pages * repeats) as f64,
     })
 }
+
+/// Merges interleaved repetitions (see [`super::merge_summaries`]).
+pub fn merge(parts: Vec<PageFaultResult>) -> Option<PageFaultResult> {
+    let first = parts.first()?;
+    let batches: f64 = parts.iter().map(|p| p.fault_ns.n as f64).sum();
+    let faults_per_page = parts
+        .iter()
+        .map(|p| p.faults_per_page * p.fault_ns.n as f64)
+        .sum::<f64>()
+        / batches.max(1.0);
+    Some(PageFaultResult {
+        page_size: first.page_size,
+        pages: first.pages,
+        fault_ns: super::merge_field(&parts, |p| &p.fault_ns)?,
+        faults_per_page,
+    })
+}

@@ -2,7 +2,7 @@
 //! cost of starting and joining a thread and of forking, exiting and reaping a
 //! process.
 
-use super::{per_op_ns, pin, ProbeError, ProbeOptions};
+use super::{merge_field, per_op_ns, pin, ProbeError, ProbeOptions};
 use hwqos_core::stats::Summary;
 use serde::{Deserialize, Serialize};
 use std::hint::black_box;
@@ -74,5 +74,14 @@ pub fn run(options: &ProbeOptions) -> Result<SyscallResult, ProbeError> {
         getpid_ns,
         thread_spawn_ns,
         process_spawn_ns,
+    })
+}
+
+/// Merges interleaved repetitions (see [`super::merge_summaries`]).
+pub fn merge(parts: Vec<SyscallResult>) -> Option<SyscallResult> {
+    Some(SyscallResult {
+        getpid_ns: merge_field(&parts, |p| &p.getpid_ns)?,
+        thread_spawn_ns: merge_field(&parts, |p| &p.thread_spawn_ns)?,
+        process_spawn_ns: merge_field(&parts, |p| &p.process_spawn_ns)?,
     })
 }
