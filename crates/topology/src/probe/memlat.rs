@@ -234,6 +234,20 @@ impl Buffer {
     }
 }
 
+/// Returns the allocator's free memory to the kernel. Linking the chase
+/// allocates permutations of up to tens of MiB; after freeing the first, glibc
+/// raises its mmap threshold and serves the later ones from the heap, which it
+/// then keeps. A process with that much mapped memory forks several times
+/// slower (its page tables are copied), which skewed the fork probe when it
+/// ran after this one in the interleaved repetitions.
+fn release_free_heap() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: malloc_trim only returns free memory; it has no preconditions.
+    unsafe {
+        libc::malloc_trim(0);
+    }
+}
+
 impl Drop for Buffer {
     fn drop(&mut self) {
         // SAFETY: unmapping exactly the mapping created in `new`.
@@ -376,6 +390,7 @@ pub fn run(
         .collect();
     let huge = buffer.huge;
     drop(buffer);
+    release_free_heap();
     let tsc_ghz = tsc_hz.map(|h| h / 1e9);
     let (levels, memory_latency_ns) = levels_of(&points, topo, cpu, tsc_ghz);
     Ok(MemLatResult {
