@@ -8,7 +8,8 @@
 //! - [`policy`]: `one`, `round-robin`, `majority` and `adaptive`;
 //! - [`throttle`]: CPU utilization from `/proc/stat` and the PID budget;
 //! - [`endpoint`]: the per-stream send and receive procedures, without I/O;
-//! - [`stream`], [`async_stream`]: blocking and tokio message streams.
+//! - [`stream`], [`async_stream`]: blocking and tokio message streams;
+//! - `fuzz_checks`: the properties the fuzz targets and the corpus replay test check.
 //!
 //! ```no_run
 //! use hwqos_compress::{MessageStream, Registry, StreamConfig};
@@ -24,6 +25,8 @@ pub mod async_stream;
 pub mod codec;
 pub mod datasets;
 pub mod endpoint;
+#[doc(hidden)]
+pub mod fuzz_checks;
 pub mod learn;
 pub mod policy;
 pub mod stream;
