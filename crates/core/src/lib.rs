@@ -12,9 +12,11 @@
 //!   absolute deadlines that never accumulates error;
 //! - [`recording`]: recordings on disk (JSON lines with a schema header, CSV);
 //! - [`stats`], [`filter`]: descriptive statistics, Student-t confidence intervals,
-//!   Pearson correlation, Butterworth filtering.
+//!   Pearson correlation, Butterworth filtering;
+//! - [`mem`]: fresh anonymous pages with a known page-fault count.
 
 pub mod filter;
+pub mod mem;
 pub mod metric;
 pub mod recording;
 pub mod sample;

@@ -87,7 +87,7 @@ fn run(plan: &Plan) -> Result<(), String> {
         std::thread::sleep(std::time::Duration::from_millis(plan.delay_ms));
     }
     if plan.pages > 0 {
-        touch_pages(plan.pages)?;
+        hwqos_core::mem::touch_fresh_pages(plan.pages).map_err(|e| e.to_string())?;
     }
     if plan.round_trips > 0 {
         ping_pong(plan.round_trips, plan.cpu)?;
@@ -98,45 +98,6 @@ fn run(plan: &Plan) -> Result<(), String> {
     if plan.sleep_ms > 0 {
         std::thread::sleep(std::time::Duration::from_millis(plan.sleep_ms));
     }
-    Ok(())
-}
-
-/// Writes one byte to each of `pages` fresh pages of an anonymous mapping.
-fn touch_pages(pages: usize) -> Result<(), String> {
-    // SAFETY: sysconf has no preconditions.
-    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
-    let page = usize::try_from(page).map_err(|_| "sysconf(_SC_PAGESIZE) failed".to_string())?;
-    let len = pages
-        .checked_mul(page)
-        .ok_or_else(|| format!("{pages} pages overflow the address space"))?;
-    // SAFETY: a fresh private anonymous mapping; we only touch it within `len`.
-    let base = unsafe {
-        libc::mmap(
-            std::ptr::null_mut(),
-            len,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-            -1,
-            0,
-        )
-    };
-    if base == libc::MAP_FAILED {
-        return Err(format!(
-            "mmap of {len} bytes: {}",
-            std::io::Error::last_os_error()
-        ));
-    }
-    // Huge pages would turn 512 touches into one fault; the workload promises one
-    // fault per page. Failure (no THP support) leaves small pages anyway.
-    // SAFETY: `base`/`len` is the mapping created above.
-    unsafe { libc::madvise(base, len, libc::MADV_NOHUGEPAGE) };
-    let bytes = base.cast::<u8>();
-    for i in 0..pages {
-        // SAFETY: i * page < len, inside the mapping.
-        unsafe { std::ptr::write_volatile(bytes.add(i * page), 1) };
-    }
-    // SAFETY: unmapping exactly what was mapped.
-    unsafe { libc::munmap(base, len) };
     Ok(())
 }
 

@@ -7,30 +7,9 @@
 use std::io::BufRead;
 
 /// Touches `pages` fresh anonymous pages, one write each: exactly one minor
-/// fault per page (transparent huge pages are disabled for the region).
+/// fault per page.
 pub fn touch_fresh_pages(pages: usize) {
-    // SAFETY: sysconf has no preconditions.
-    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) } as usize;
-    let len = pages * page;
-    // SAFETY: a fresh private anonymous mapping, written within its length, unmapped below.
-    unsafe {
-        let p = libc::mmap(
-            std::ptr::null_mut(),
-            len,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-            -1,
-            0,
-        );
-        assert_ne!(p, libc::MAP_FAILED);
-        // Small pages only: a transparent huge page would fault 2 MiB at once.
-        libc::madvise(p, len, libc::MADV_NOHUGEPAGE);
-        let base = p as *mut u8;
-        for i in 0..pages {
-            std::ptr::write_volatile(base.add(i * page), 1);
-        }
-        libc::munmap(p, len);
-    }
+    hwqos_core::mem::touch_fresh_pages(pages).unwrap();
 }
 
 /// Reads a child's output up to the line `marker` (libtest prints its own

@@ -3,6 +3,7 @@
 //! cross-checked with the thread's `getrusage` minor-fault count.
 
 use super::{pin, ProbeError, ProbeOptions};
+use hwqos_core::mem::FreshPages;
 use hwqos_core::stats::{summarize, Summary};
 use hwqos_core::time::monotonic_ns;
 use serde::{Deserialize, Serialize};
@@ -29,36 +30,12 @@ fn thread_minflt() -> i64 {
 /// Maps `pages` fresh pages, writes one byte to each, unmaps; returns the ns
 /// the writes took and the minor faults they caused.
 pub fn touch_fresh_pages(pages: usize) -> Result<(f64, i64), ProbeError> {
-    // SAFETY: sysconf has no preconditions.
-    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(4096) as usize;
-    let len = pages * page;
-    // SAFETY: a fresh private anonymous mapping; checked for MAP_FAILED.
-    let p = unsafe {
-        libc::mmap(
-            std::ptr::null_mut(),
-            len,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-            -1,
-            0,
-        )
-    };
-    if p == libc::MAP_FAILED {
-        return Err(ProbeError::io("mmap", std::io::Error::last_os_error()));
-    }
-    // SAFETY: advice on our mapping (one fault per 4 KiB page, not per 2 MiB).
-    unsafe { libc::madvise(p, len, libc::MADV_NOHUGEPAGE) };
-    let base = p.cast::<u8>();
+    let mut mapping = FreshPages::map(pages).map_err(|e| ProbeError::io("mmap", e))?;
     let f0 = thread_minflt();
     let t0 = monotonic_ns();
-    for i in 0..pages {
-        // SAFETY: inside the mapping.
-        unsafe { std::ptr::write_volatile(base.add(i * page), 1) };
-    }
+    mapping.touch_all();
     let t1 = monotonic_ns();
     let faults = thread_minflt() - f0;
-    // SAFETY: unmapping our mapping.
-    unsafe { libc::munmap(p, len) };
     Ok(((t1 - t0) as f64, faults))
 }
 
