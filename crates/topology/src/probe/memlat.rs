@@ -25,6 +25,7 @@
 
 use super::{pin, ProbeError, ProbeOptions, SplitMix64};
 use crate::Topology;
+use hwqos_core::mem::AnonMapping;
 use hwqos_core::time::monotonic_ns;
 use serde::{Deserialize, Serialize};
 use std::hint::black_box;
@@ -183,10 +184,10 @@ pub fn sattolo(n: usize, rng: &mut SplitMix64) -> Vec<usize> {
     a
 }
 
-/// An anonymous mapping, 2 MiB aligned, unmapped on drop.
+/// An anonymous mapping with a 2 MiB-aligned, huge-page-advised window of
+/// whole words; unmapped on drop.
 struct Buffer {
-    base: *mut libc::c_void,
-    len: usize,
+    _mapping: AnonMapping,
     aligned: *mut usize,
     words: usize,
     huge: bool,
@@ -195,33 +196,16 @@ struct Buffer {
 impl Buffer {
     fn new(bytes: usize) -> Result<Buffer, ProbeError> {
         let usable = bytes.div_ceil(HUGE_PAGE) * HUGE_PAGE;
-        let len = usable + HUGE_PAGE;
-        // SAFETY: a fresh private anonymous mapping; checked for MAP_FAILED.
-        let base = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                -1,
-                0,
-            )
-        };
-        if base == libc::MAP_FAILED {
-            return Err(ProbeError::io(
-                format!("mmap of {bytes} bytes"),
-                std::io::Error::last_os_error(),
-            ));
-        }
-        let offset = (HUGE_PAGE - (base as usize % HUGE_PAGE)) % HUGE_PAGE;
+        let mapping = AnonMapping::map(usable + HUGE_PAGE)
+            .map_err(|e| ProbeError::io(format!("mmap of {bytes} bytes"), e))?;
+        let offset = (HUGE_PAGE - (mapping.as_ptr() as usize % HUGE_PAGE)) % HUGE_PAGE;
+        // Failure only means no huge pages.
+        let huge = mapping.advise(offset, usable, libc::MADV_HUGEPAGE);
         // SAFETY: offset < HUGE_PAGE and the mapping is usable + HUGE_PAGE long.
-        let aligned = unsafe { base.cast::<u8>().add(offset) }.cast::<libc::c_void>();
-        // SAFETY: advice on our own mapping; failure only means no huge pages.
-        let huge = unsafe { libc::madvise(aligned, usable, libc::MADV_HUGEPAGE) } == 0;
+        let aligned = unsafe { mapping.as_ptr().add(offset) }.cast();
         Ok(Buffer {
-            base,
-            len,
-            aligned: aligned.cast(),
+            _mapping: mapping,
+            aligned,
             words: usable / std::mem::size_of::<usize>(),
             huge,
         })
@@ -245,13 +229,6 @@ fn release_free_heap() {
     // SAFETY: malloc_trim only returns free memory; it has no preconditions.
     unsafe {
         libc::malloc_trim(0);
-    }
-}
-
-impl Drop for Buffer {
-    fn drop(&mut self) {
-        // SAFETY: unmapping exactly the mapping created in `new`.
-        unsafe { libc::munmap(self.base, self.len) };
     }
 }
 
