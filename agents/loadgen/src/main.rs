@@ -1,0 +1,2 @@
+//! hwqos-loadgen agent (thin binary over its library crate).
+fn main() {}

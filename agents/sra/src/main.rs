@@ -1,0 +1,2 @@
+//! hwqos-sra agent (thin binary over its library crate).
+fn main() {}
