@@ -51,17 +51,25 @@ pub fn run(options: &ProbeOptions, topo: Option<&Topology>) -> Result<BandwidthR
         f();
         ((monotonic_ns() - t0) as f64 - overhead).max(1.0)
     };
-    let (mut read, mut write, mut copy) = (Vec::new(), Vec::new(), Vec::new());
-    for i in 0..repeats {
-        let ns = time(&mut || {
-            black_box(black_box(&a).iter().fold(0u64, |s, x| s.wrapping_add(*x)));
-        });
-        read.push(gbs(bytes, ns));
-        let ns = time(&mut || black_box(&mut a).fill(i as u64));
-        write.push(gbs(bytes, ns));
-        let ns = time(&mut || black_box(&mut b).copy_from_slice(black_box(&a)));
-        copy.push(gbs(bytes, ns));
-    }
+    let read = super::unpreempted(repeats, || {
+        gbs(
+            bytes,
+            time(&mut || {
+                black_box(black_box(&a).iter().fold(0u64, |s, x| s.wrapping_add(*x)));
+            }),
+        )
+    });
+    let mut fill = 0u64;
+    let write = super::unpreempted(repeats, || {
+        fill += 1;
+        gbs(bytes, time(&mut || black_box(&mut a).fill(fill)))
+    });
+    let copy = super::unpreempted(repeats, || {
+        gbs(
+            bytes,
+            time(&mut || black_box(&mut b).copy_from_slice(black_box(&a))),
+        )
+    });
     let none = || ProbeError::Other("no bandwidth samples".into());
     Ok(BandwidthResult {
         buffer_bytes: bytes,
@@ -71,14 +79,14 @@ pub fn run(options: &ProbeOptions, topo: Option<&Topology>) -> Result<BandwidthR
     })
 }
 
-/// Merges interleaved repetitions (see [`super::merge_summaries`]): the
-/// headline rate is the median of the repetitions' median rates.
+/// Merges interleaved repetitions (see [`super::merge_summaries_with`]): the
+/// headline rate is the highest repetition median rate.
 pub fn merge(parts: Vec<BandwidthResult>) -> Option<BandwidthResult> {
-    use super::merge_field;
+    use super::merge_rate;
     Some(BandwidthResult {
         buffer_bytes: parts.first()?.buffer_bytes,
-        read_gbs: merge_field(&parts, |p| &p.read_gbs)?,
-        write_gbs: merge_field(&parts, |p| &p.write_gbs)?,
-        copy_gbs: merge_field(&parts, |p| &p.copy_gbs)?,
+        read_gbs: merge_rate(&parts, |p| &p.read_gbs)?,
+        write_gbs: merge_rate(&parts, |p| &p.write_gbs)?,
+        copy_gbs: merge_rate(&parts, |p| &p.copy_gbs)?,
     })
 }

@@ -2,7 +2,10 @@
 //! x86-64) and the TSC rate: TSC ticks per second of `CLOCK_MONOTONIC`, the
 //! factor that turns TSC deltas (and ns) into cycles of the TSC.
 
-use super::{merge_field, merge_summaries, per_op_ns, pin, ProbeError, ProbeOptions};
+use super::{
+    merge_cost, merge_summaries, merge_summaries_with, per_op_ns, pin, Headline, ProbeError,
+    ProbeOptions, Solo,
+};
 use hwqos_core::stats::Summary;
 use hwqos_core::time::monotonic_ns;
 use serde::{Deserialize, Serialize};
@@ -60,12 +63,12 @@ pub fn run(options: &ProbeOptions) -> Result<ClockResult, ProbeError> {
     // The loop itself is the only overhead here: no timer overhead to subtract
     // beyond the two reads that bracket each batch.
     let overhead = super::timing_overhead_ns();
-    let clock_gettime_ns = per_op_ns(repeats, ops, overhead, || {
+    let clock_gettime_ns = per_op_ns(repeats, ops, overhead, Solo::Yes, || {
         black_box(monotonic_ns());
     })
     .ok_or_else(|| ProbeError::Other("no clock_gettime samples".into()))?;
     let rdtsc_ns = rdtsc().and_then(|_| {
-        per_op_ns(repeats, ops, overhead, || {
+        per_op_ns(repeats, ops, overhead, Solo::Yes, || {
             black_box(rdtsc());
         })
     });
@@ -90,8 +93,8 @@ pub fn merge(parts: Vec<ClockResult>) -> Option<ClockResult> {
     let rates: Vec<Summary> = parts.iter().filter_map(|p| p.tsc_hz_summary).collect();
     let tsc_hz_summary = merge_summaries(&rates);
     Some(ClockResult {
-        clock_gettime_ns: merge_field(&parts, |p| &p.clock_gettime_ns)?,
-        rdtsc_ns: merge_summaries(&rdtsc),
+        clock_gettime_ns: merge_cost(&parts, |p| &p.clock_gettime_ns)?,
+        rdtsc_ns: merge_summaries_with(&rdtsc, Headline::Lowest),
         tsc_hz: tsc_hz_summary.map(|s| s.median),
         tsc_hz_summary,
         tsc_invariant: first.tsc_invariant,

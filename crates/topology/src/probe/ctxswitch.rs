@@ -307,7 +307,7 @@ pub fn processes(
 fn pipe_pair_ns(repeats: usize, ops: u64, overhead_ns: f64) -> Result<Summary, ProbeError> {
     let (r, w) = pipe()?;
     let (r, w) = (r.as_raw_fd(), w.as_raw_fd());
-    super::per_op_ns(repeats, ops, overhead_ns, || {
+    super::per_op_ns(repeats, ops, overhead_ns, super::Solo::No, || {
         put(w, 1);
         get(r);
     })
@@ -334,8 +334,8 @@ pub fn run(options: &ProbeOptions) -> Result<CtxSwitchResult, ProbeError> {
 fn merge_pingpong(parts: &[&PingPong]) -> Option<PingPong> {
     let counted: Option<Vec<u64>> = parts.iter().map(|p| p.counted_switches).collect();
     Some(PingPong {
-        round_trip_ns: super::merge_field(parts, |p| &p.round_trip_ns)?,
-        switch_ns: super::merge_field(parts, |p| &p.switch_ns)?,
+        round_trip_ns: super::merge_cost(parts, |p| &p.round_trip_ns)?,
+        switch_ns: super::merge_cost(parts, |p| &p.switch_ns)?,
         rounds: parts.iter().map(|p| p.rounds).sum(),
         counted_switches: counted.map(|c| c.iter().sum()),
         counter_error: parts.iter().find_map(|p| p.counter_error.clone()),
@@ -348,7 +348,7 @@ pub fn merge(parts: Vec<CtxSwitchResult>) -> Option<CtxSwitchResult> {
     let threads: Vec<&PingPong> = parts.iter().map(|p| &p.threads).collect();
     let processes: Vec<&PingPong> = parts.iter().map(|p| &p.processes).collect();
     Some(CtxSwitchResult {
-        pipe_pair_ns: super::merge_field(&parts, |p| &p.pipe_pair_ns)?,
+        pipe_pair_ns: super::merge_cost(&parts, |p| &p.pipe_pair_ns)?,
         threads: merge_pingpong(&threads)?,
         processes: merge_pingpong(&processes)?,
     })

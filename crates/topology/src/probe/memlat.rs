@@ -9,18 +9,21 @@
 //! transparent huge pages so page-table walks and page colouring disturb
 //! the cache levels as little as possible.
 //!
-//! [`infer_plateaus`] finds the levels in the latency curve: a transition
-//! starts where the latency rises by more than 15 % over the plateau's last
-//! points and separates two levels if it persists to at least 1.3×; the
-//! level's effective capacity is the largest working set whose latency is
-//! still below the geometric midpoint of the two levels. For an LRU-like cache
-//! (a cyclic chase larger than the cache misses on every load) that is the
-//! capacity; for a cache with random replacement it is somewhat above. It is a pure function so it is unit-tested on
-//! synthetic curves; the live probe feeds it the per-size MEDIAN over the
-//! sweeps. Under [`super::run`] each interleaved repetition does one whole
-//! sweep, and [`merge`] takes the median across repetitions per size before
-//! the inference: a disturbance lasting about one sweep then moves one value
-//! of five per size and no boundary. (The minimum, used before, let one
+//! [`infer_plateaus`] finds the levels in the latency curve: plateaus are runs
+//! of points whose neighbours differ by less than 5 % per step, plateaus less
+//! than 1.3× apart are one level, and the boundary between two levels is
+//! where the curve crosses their arithmetic mean (log-interpolated between
+//! sweep points): the working set at which half of the loads miss. For an
+//! LRU-like cache (a cyclic chase larger than the cache misses on every load)
+//! that is the capacity; where latency creeps up well before capacity (a
+//! shared or randomly replaced cache) it is the half-miss point, which does not
+//! move with the start of the creep. It is a pure function so it is
+//! unit-tested on synthetic and recorded curves; the live probe feeds it the
+//! per-size MEDIAN over the sweeps. Under [`super::run`] each interleaved
+//! repetition does one whole sweep, and [`merge`] takes the median across
+//! repetitions per size before the inference: a disturbance lasting about one
+//! sweep then moves one value of five per size and no boundary. (The minimum,
+//! used before, let one
 //! lucky or one slow sweep pick the boundary step.)
 
 use super::{pin, ProbeError, ProbeOptions, SplitMix64};
@@ -30,12 +33,12 @@ use hwqos_core::time::monotonic_ns;
 use serde::{Deserialize, Serialize};
 use std::hint::black_box;
 
-/// Relative rise over the plateau's recent level that starts a transition.
-pub const RISE: f64 = 0.15;
-/// Total rise a transition must reach (and keep) to separate two levels.
+/// Total rise that separates two levels: plateaus closer than this factor
+/// are one level.
 pub const MIN_JUMP: f64 = 1.3;
-/// A transition continues while each step rises by more than this.
-pub const FLAT: f64 = 0.06;
+/// A point is on a plateau while its neighbours differ by less than this
+/// factor per sweep step (over the two steps around it).
+pub const FLAT: f64 = 0.05;
 
 const MIN_SIZE: u64 = 4 * 1024;
 const MAX_SIZE: u64 = 1 << 30;
@@ -59,7 +62,8 @@ pub struct InferredLevel {
     pub name: String,
     /// The sysfs level this plateau was matched to.
     pub level: Option<u8>,
-    /// The last working-set size of the plateau.
+    /// The working-set size at which the curve crosses the midpoint to the
+    /// next level (half of the loads miss this one), log-interpolated.
     pub effective_size_bytes: u64,
     pub sysfs_size_bytes: Option<u64>,
     /// Load latency near the end of the plateau, ns.
@@ -86,66 +90,145 @@ pub struct MemLatResult {
     pub seed: u64,
 }
 
-/// A plateau of the curve: indices of its first and last points and its level.
+/// A plateau of the curve: indices of its first and last points, its level,
+/// and where it hands over to the next one.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Plateau {
     pub first: usize,
+    /// The last point whose latency is below the half-miss midpoint to the
+    /// next level (the last point of the curve for the last plateau).
     pub last: usize,
-    /// Median of the plateau's last (up to) three points.
+    /// Median of the plateau's last (up to) three flat points.
     pub latency: f64,
+    /// Fractional index at which the curve crosses the arithmetic midpoint
+    /// of this level and the next (the working set at which half of the loads
+    /// miss this level); `None` for the last plateau.
+    pub boundary: Option<f64>,
+}
+
+/// Splits a latency curve (ascending working-set sizes) into plateaus. Every
+/// plateau but the last ends at a cache boundary.
+///
+/// A point is *flat* when its two neighbours differ by less than
+/// [`FLAT`] per step; runs of at least two flat points are plateau pieces
+/// (a single flat point inside a gradual transition is not), and adjacent
+/// pieces less than [`MIN_JUMP`] apart are one level (a spike splits a
+/// plateau into two such pieces). Between two levels the boundary is where
+/// the curve crosses their arithmetic mean: for an LRU cache that is its
+/// capacity; for caches whose latency creeps up long before capacity (shared
+/// or randomly replaced, as on the development VM's L2) it is the working set
+/// at which half of the loads miss, which stays put when the start of the
+/// creep moves from run to run.
+pub fn infer_plateaus(lat: &[f64]) -> Vec<Plateau> {
+    let n = lat.len();
+    if n == 0 || lat.iter().any(|x| !x.is_finite() || *x <= 0.0) {
+        return Vec::new();
+    }
+    if n < 3 {
+        return vec![Plateau {
+            first: 0,
+            last: n - 1,
+            latency: median3(lat),
+            boundary: None,
+        }];
+    }
+    let y: Vec<f64> = lat.iter().map(|v| v.ln()).collect();
+    let step = FLAT.ln_1p();
+    let flat: Vec<bool> = (0..n)
+        .map(|i| match i {
+            0 => (y[1] - y[0]).abs() <= step,
+            i if i == n - 1 => (y[i] - y[i - 1]).abs() <= step,
+            i => (y[i + 1] - y[i - 1]).abs() <= 2.0 * step,
+        })
+        .collect();
+    // Runs of flat points (at least two), as (first, last) index pairs.
+    let mut runs: Vec<(usize, usize)> = Vec::new();
+    let mut i = 0;
+    while i < n {
+        if !flat[i] {
+            i += 1;
+            continue;
+        }
+        let first = i;
+        while i + 1 < n && flat[i + 1] {
+            i += 1;
+        }
+        if i > first {
+            runs.push((first, i));
+        }
+        i += 1;
+    }
+    if runs.is_empty() {
+        return vec![Plateau {
+            first: 0,
+            last: n - 1,
+            latency: median3(lat),
+            boundary: None,
+        }];
+    }
+    // Adjacent runs on one level form a group: its flat points.
+    let mut groups: Vec<Vec<usize>> = Vec::new();
+    for (first, last) in runs {
+        let points: Vec<usize> = (first..=last).collect();
+        let level = median3(&points.iter().map(|&k| lat[k]).collect::<Vec<_>>());
+        match groups.last_mut() {
+            Some(g) if level < group_level(lat, g) * MIN_JUMP => g.extend(points),
+            _ => groups.push(points),
+        }
+    }
+    let mut out = Vec::with_capacity(groups.len());
+    for (gi, g) in groups.iter().enumerate() {
+        let first = if gi == 0 { 0 } else { g[0] };
+        let tail: Vec<f64> = g[g.len().saturating_sub(3)..]
+            .iter()
+            .map(|&k| lat[k])
+            .collect();
+        let latency = median3(&tail);
+        let Some(next) = groups.get(gi + 1) else {
+            out.push(Plateau {
+                first,
+                last: n - 1,
+                latency,
+                boundary: None,
+            });
+            break;
+        };
+        let head: Vec<f64> = next[..next.len().min(3)].iter().map(|&k| lat[k]).collect();
+        let midpoint = (latency + median3(&head)) / 2.0;
+        let end = *g.last().unwrap_or(&first);
+        let boundary = (end..next[0])
+            .find(|&k| lat[k] <= midpoint && lat[k + 1] > midpoint)
+            .map_or(end as f64, |k| {
+                k as f64 + (midpoint - lat[k]) / (lat[k + 1] - lat[k])
+            });
+        out.push(Plateau {
+            first,
+            last: boundary.floor() as usize,
+            latency,
+            boundary: Some(boundary),
+        });
+    }
+    out
 }
 
 fn median3(xs: &[f64]) -> f64 {
     hwqos_core::stats::median(xs).unwrap_or(f64::NAN)
 }
 
-fn tail_level(lat: &[f64], first: usize, end: usize) -> f64 {
-    median3(&lat[first.max(end.saturating_sub(3))..end])
+fn group_level(lat: &[f64], group: &[usize]) -> f64 {
+    median3(&group.iter().map(|&k| lat[k]).collect::<Vec<_>>())
 }
 
-/// Splits a latency curve (ascending working-set sizes) into plateaus. Every
-/// plateau but the last ends at a cache boundary.
-pub fn infer_plateaus(lat: &[f64]) -> Vec<Plateau> {
-    let n = lat.len();
-    let mut out = Vec::new();
-    if n == 0 || lat.iter().any(|x| !x.is_finite()) {
-        return out;
+/// The working-set size at a fractional index of a geometric sweep
+/// (interpolated in log size).
+pub fn size_at(sizes: &[u64], index: f64) -> u64 {
+    let Some(&last) = sizes.last() else { return 0 };
+    let i = index.max(0.0).floor() as usize;
+    if i + 1 >= sizes.len() {
+        return last;
     }
-    let mut start = 0;
-    let mut j = 1;
-    while j < n {
-        let level = tail_level(lat, start, j);
-        if lat[j] <= level * (1.0 + RISE) {
-            j += 1;
-            continue;
-        }
-        let mut k = j;
-        while k + 1 < n && lat[k + 1] > lat[k] * (1.0 + FLAT) {
-            k += 1;
-        }
-        let persists = lat[k] >= level * MIN_JUMP && (k + 1 >= n || lat[k + 1] >= level * MIN_JUMP);
-        if persists {
-            // Caches with pseudo-LRU or conflict misses slow down a little
-            // below their capacity: a working set belongs to this level while
-            // its latency is closer (geometrically) to this level than to the
-            // next one.
-            let midpoint = (level * lat[k]).sqrt();
-            let last = (j..k).rev().find(|&i| lat[i] <= midpoint).unwrap_or(j - 1);
-            out.push(Plateau {
-                first: start,
-                last,
-                latency: tail_level(lat, start, last + 1),
-            });
-            start = k;
-        }
-        j = k + 1;
-    }
-    out.push(Plateau {
-        first: start,
-        last: n - 1,
-        latency: tail_level(lat, start, n),
-    });
-    out
+    let (a, b) = (sizes[i] as f64, sizes[i + 1] as f64);
+    (a * (b / a).powf(index - i as f64)).round() as u64
 }
 
 /// The sweep: `min`·2^(k/steps) up to `max`, rounded to whole lines.
@@ -451,7 +534,8 @@ pub fn levels_of(
         .iter()
         .enumerate()
         .map(|(i, p)| {
-            let size = points[p.last].size_bytes;
+            let sizes: Vec<u64> = points.iter().map(|q| q.size_bytes).collect();
+            let size = size_at(&sizes, p.boundary.unwrap_or(p.last as f64));
             // In order: the first boundary is L1d, the next L2, …; boundaries
             // beyond the sysfs levels (noise or a level sysfs does not show)
             // stay unnamed.
@@ -522,7 +606,10 @@ mod tests {
 
     fn boundaries(sizes: &[u64], lat: &[f64]) -> Vec<u64> {
         let p = infer_plateaus(lat);
-        p[..p.len() - 1].iter().map(|p| sizes[p.last]).collect()
+        p[..p.len() - 1]
+            .iter()
+            .map(|p| size_at(sizes, p.boundary.unwrap()))
+            .collect()
     }
 
     /// Each inferred boundary within one sweep step (4 per octave) of the expected one.
@@ -596,7 +683,11 @@ mod tests {
     }
 
     #[test]
-    fn random_replacement_puts_the_boundary_a_little_above_capacity() {
+    fn random_replacement_puts_the_boundary_at_the_half_miss_point() {
+        // A level of capacity C holding C/s of the lines serves half of the
+        // loads at s = 2C; the next level's plateau is only reached well
+        // after that, so the crossing of the two plateaus' mean lies between
+        // C and 2C.
         let sizes = sweep_sizes(4096, 64 << 20, 4, 64);
         let levels = [(32.0 * K, 1.2), (512.0 * K, 4.0), (8.0 * M, 12.0)];
         for seed in 0..10 {
@@ -605,8 +696,42 @@ mod tests {
             assert_eq!(b.len(), 3, "seed {seed}: {b:?}");
             for (got, cap) in b.iter().zip([32u64 << 10, 512 << 10, 8 << 20]) {
                 let r = *got as f64 / cap as f64;
-                assert!((1.0..=1.5).contains(&r), "seed {seed}: {b:?}");
+                assert!((1.0..=2.0).contains(&r), "seed {seed}: {b:?}");
             }
+        }
+    }
+
+    #[test]
+    fn recorded_curves_of_the_development_vm() {
+        // Median curves of three default runs on the 2-vCPU EPYC VM (sysfs:
+        // L1d 32 KiB, L2 1 MiB); the L2 latency creeps up from 300 KiB and the
+        // start of the creep moves from run to run, the half-miss point not.
+        let sizes = sweep_sizes(4096, 16 << 20, 4, 64);
+        let l1: Vec<f64> = vec![1.35; sizes.iter().filter(|s| **s <= 32 << 10).count()];
+        let runs: [&[f64]; 3] = [
+            &[
+                3.9, 4.0, 4.1, 4.05, 4.1, 4.08, 4.1, 4.12, 4.08, 4.21, 4.07, 4.08, 4.65, 4.62,
+                4.91, 5.45, 5.76, 6.58, 7.9, 9.15, 10.59, 12.19, 13.25, 14.11, 14.88, 15.26, 15.41,
+                15.88, 17.28, 17.57, 26.72, 34.77, 121.83, 107.32, 126.05, 129.27,
+            ],
+            &[
+                3.9, 4.0, 4.1, 4.05, 4.1, 4.08, 4.1, 4.09, 4.19, 4.31, 4.18, 4.22, 4.34, 4.73,
+                4.93, 5.37, 5.83, 6.97, 7.3, 8.7, 10.94, 12.28, 13.08, 13.82, 14.69, 15.18, 15.79,
+                16.81, 28.0, 22.53, 126.65, 121.69, 125.58, 123.71, 138.53, 142.24,
+            ],
+            &[
+                3.9, 4.0, 4.1, 4.05, 4.1, 4.08, 4.1, 4.21, 4.1, 4.11, 4.13, 4.18, 4.32, 4.91, 5.06,
+                5.24, 5.95, 6.69, 8.57, 9.01, 11.06, 12.78, 12.97, 14.39, 14.61, 15.19, 15.65,
+                16.12, 60.95, 25.28, 104.03, 127.12, 130.32, 136.11, 143.66, 153.07,
+            ],
+        ];
+        for (r, tail) in runs.iter().enumerate() {
+            let lat: Vec<f64> = l1.iter().chain(tail.iter()).copied().collect();
+            assert_eq!(lat.len(), sizes.len());
+            let b = boundaries(&sizes, &lat);
+            assert!(b.len() >= 2, "run {r}: {b:?}");
+            assert!(within_one_step(b[0], 32 << 10, 4), "run {r}: {b:?}");
+            assert!(within_one_step(b[1], 1 << 20, 4), "run {r}: {b:?}");
         }
     }
 
@@ -624,8 +749,8 @@ mod tests {
             })
             .collect();
         let b = boundaries(&sizes, &lat);
-        assert_eq!(b, vec![46336], "{b:?}");
-        assert!(within_one_step(b[0], 48 << 10, 4));
+        assert_eq!(b.len(), 1, "{b:?}");
+        assert!(within_one_step(b[0], 48 << 10, 4), "{b:?}");
         // The same with the slowdown starting one step earlier (debug build).
         let lat: Vec<f64> = sizes
             .iter()
@@ -636,7 +761,9 @@ mod tests {
                 _ => 7.2,
             })
             .collect();
-        assert_eq!(boundaries(&sizes, &lat), vec![46336]);
+        let b = boundaries(&sizes, &lat);
+        assert_eq!(b.len(), 1, "{b:?}");
+        assert!(within_one_step(b[0], 48 << 10, 4), "{b:?}");
     }
 
     #[test]

@@ -24,10 +24,22 @@
 //! into `R` repetitions ([`ProbeOptions::rounds`], default 5, quick 3) and
 //! runs them round-robin over the whole run (clock 1, syscall 1, …, timer 1,
 //! clock 2, …), so a disturbance hits one repetition of each probe. The
-//! repetitions are merged with [`merge_summaries`]: the headline `median` is
-//! the median of the repetition medians (robust to one or two disturbed
-//! repetitions of five), while `n`, `mean`, `stddev`, `min`, `max` and the
-//! 95 % CI are exact over all samples of all repetitions.
+//! repetitions are merged with [`merge_summaries_with`]: `n`, `mean`,
+//! `stddev`, `min`, `max` and the 95 % CI are exact over all samples of all
+//! repetitions; the headline `median` is, for a cost (time per operation),
+//! the LOWEST repetition median and, for a rate (bandwidth), the HIGHEST
+//! ([`Headline`]). Disturbances on a shared machine only ever add time: on
+//! the development VM whole stretches of tens of seconds ran system calls at
+//! 200 instead of 140 ns, which moved the median of repetition medians by
+//! 40 % between runs while the least disturbed repetition's median stayed
+//! within 1 %. Each repetition's median still discards that repetition's
+//! outlying batches, so one lucky batch cannot set the headline.
+//!
+//! **Preempted batches.** Batches of operations that involve no other task of
+//! the probe (clock reads, system calls, page faults, memory loops) are
+//! timed with the thread's involuntary context switches read before and
+//! after ([`Preemptions`]); a batch during which another task took the CPU
+//! is measured again (at most as many extra batches as the probe has).
 
 pub mod bandwidth;
 pub mod clock;
@@ -395,7 +407,7 @@ struct Parts {
 /// - `p99`: the largest repetition p99 (an upper bound of the pooled p99).
 ///
 /// `None` for no parts; one part is returned unchanged.
-pub fn merge_summaries(parts: &[Summary]) -> Option<Summary> {
+pub fn merge_summaries_with(parts: &[Summary], headline: Headline) -> Option<Summary> {
     match parts {
         [] => return None,
         [one] => return Some(*one),
@@ -430,7 +442,11 @@ pub fn merge_summaries(parts: &[Summary]) -> Option<Summary> {
             .map(|p| p.max)
             .fold(f64::NEG_INFINITY, f64::max),
         mean,
-        median: hwqos_core::stats::median(&medians)?,
+        median: match headline {
+            Headline::MedianOfMedians => hwqos_core::stats::median(&medians)?,
+            Headline::Lowest => medians.iter().copied().fold(f64::INFINITY, f64::min),
+            Headline::Highest => medians.iter().copied().fold(f64::NEG_INFINITY, f64::max),
+        },
         stddev,
         p99: parts
             .iter()
@@ -440,10 +456,88 @@ pub fn merge_summaries(parts: &[Summary]) -> Option<Summary> {
     })
 }
 
-/// [`merge_summaries`] of one field of every part.
-pub(crate) fn merge_field<T>(parts: &[T], field: impl Fn(&T) -> &Summary) -> Option<Summary> {
+/// Which repetition median becomes the merged headline `median`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Headline {
+    /// The median of the repetition medians (ratios, counts, rates of a clock).
+    MedianOfMedians,
+    /// The lowest repetition median: a cost, which disturbances only raise.
+    Lowest,
+    /// The highest repetition median: a rate, which disturbances only lower.
+    Highest,
+}
+
+/// [`merge_summaries_with`] the [`Headline::MedianOfMedians`].
+pub fn merge_summaries(parts: &[Summary]) -> Option<Summary> {
+    merge_summaries_with(parts, Headline::MedianOfMedians)
+}
+
+/// A cost field (time per operation) of every part, merged with
+/// [`Headline::Lowest`].
+pub(crate) fn merge_cost<T>(parts: &[T], field: impl Fn(&T) -> &Summary) -> Option<Summary> {
     let v: Vec<Summary> = parts.iter().map(|p| *field(p)).collect();
-    merge_summaries(&v)
+    merge_summaries_with(&v, Headline::Lowest)
+}
+
+/// A rate field (bytes per second) of every part, merged with
+/// [`Headline::Highest`].
+pub(crate) fn merge_rate<T>(parts: &[T], field: impl Fn(&T) -> &Summary) -> Option<Summary> {
+    let v: Vec<Summary> = parts.iter().map(|p| *field(p)).collect();
+    merge_summaries_with(&v, Headline::Highest)
+}
+
+/// The calling thread's involuntary context switches so far: a change over
+/// a timed batch means another task ran on the CPU during it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Preemptions(i64);
+
+impl Preemptions {
+    pub fn now() -> Preemptions {
+        // SAFETY: getrusage fills the zeroed struct we pass; RUSAGE_THREAD is
+        // valid on Linux.
+        let mut u: libc::rusage = unsafe { std::mem::zeroed() };
+        unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut u) };
+        Preemptions(u.ru_nivcsw)
+    }
+
+    /// Whether the thread was preempted since `self`.
+    pub fn since(self) -> bool {
+        Preemptions::now() != self
+    }
+}
+
+/// Runs `batch` until it returns `repeats` values measured without
+/// preemption ([`Preemptions`]); see [`keep_clean`].
+pub(crate) fn unpreempted<T>(repeats: usize, mut batch: impl FnMut() -> T) -> Vec<T> {
+    keep_clean(repeats, || {
+        let before = Preemptions::now();
+        let value = batch();
+        (value, before.since())
+    })
+}
+
+/// Runs `attempt` (a value and whether it was disturbed) until `repeats`
+/// undisturbed values are in, or `2 × repeats` attempts are spent; disturbed
+/// values then fill up what is missing, latest first.
+pub(crate) fn keep_clean<T>(repeats: usize, mut attempt: impl FnMut() -> (T, bool)) -> Vec<T> {
+    let mut clean = Vec::with_capacity(repeats);
+    let mut disturbed = Vec::new();
+    for _ in 0..2 * repeats {
+        if clean.len() == repeats {
+            break;
+        }
+        match attempt() {
+            (value, false) => clean.push(value),
+            (value, true) => disturbed.push(value),
+        }
+    }
+    while clean.len() < repeats {
+        match disturbed.pop() {
+            Some(v) => clean.push(v),
+            None => break,
+        }
+    }
+    clean
 }
 
 /// Jiffies of one CPU from `/proc/stat`.
@@ -545,26 +639,40 @@ pub fn timing_overhead_ns() -> f64 {
 /// Times `repeats` batches of `ops` calls of `op` and returns the summary of
 /// the per-call time in ns, with `overhead_ns` subtracted from each batch.
 /// One unmeasured batch warms caches and branch predictors first.
+/// [`Solo::Yes`]: `op` involves no other task, so batches during which the
+/// thread was preempted are measured again ([`unpreempted`]).
 pub(crate) fn per_op_ns(
     repeats: usize,
     ops: u64,
     overhead_ns: f64,
+    solo: Solo,
     mut op: impl FnMut(),
 ) -> Option<Summary> {
     for _ in 0..ops.min(1000) {
         op();
     }
-    let mut v = Vec::with_capacity(repeats);
-    for _ in 0..repeats {
+    let mut batch = || {
         let t0 = monotonic_ns();
         for _ in 0..ops {
             op();
         }
         let t1 = monotonic_ns();
-        v.push((((t1 - t0) as f64 - overhead_ns).max(0.0)) / ops as f64);
-    }
+        (((t1 - t0) as f64 - overhead_ns).max(0.0)) / ops as f64
+    };
+    let v: Vec<f64> = match solo {
+        Solo::Yes => unpreempted(repeats, batch),
+        Solo::No => (0..repeats).map(|_| batch()).collect(),
+    };
     black_box(&v);
     summarize(&v)
+}
+
+/// Whether a timed operation involves only the measuring thread (then a
+/// preemption during its batch is a disturbance, not part of the cost).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Solo {
+    Yes,
+    No,
 }
 
 /// SplitMix64: a tiny, fully specified generator, so a fixed seed gives the
@@ -633,6 +741,86 @@ mod tests {
         assert_eq!(m.median, 3.5);
         assert_eq!(merge_summaries(&parts[..1]), Some(parts[0]));
         assert_eq!(merge_summaries(&[]), None);
+    }
+
+    #[test]
+    fn costs_take_the_lowest_and_rates_the_highest_repetition_median() {
+        let reps: [&[f64]; 3] = [
+            &[140.0, 141.0, 200.0],
+            &[200.0, 201.0, 199.0],
+            &[139.0, 250.0, 142.0],
+        ];
+        let parts: Vec<Summary> = reps.iter().map(|r| summarize(r).unwrap()).collect();
+        let cost = merge_summaries_with(&parts, Headline::Lowest).unwrap();
+        assert_eq!(cost.median, 141.0);
+        assert_eq!(cost.min, 139.0, "min stays exact over all samples");
+        let rate = merge_summaries_with(&parts, Headline::Highest).unwrap();
+        assert_eq!(rate.median, 200.0);
+        assert_eq!(cost.n, 9);
+        assert_eq!(cost.mean, rate.mean);
+    }
+
+    #[test]
+    fn disturbed_batches_are_measured_again() {
+        let mut calls = 0;
+        // Every third attempt disturbed: 4 clean ones from 6 attempts.
+        let v = keep_clean(4, || {
+            calls += 1;
+            (calls, calls % 3 == 0)
+        });
+        assert_eq!(v, vec![1, 2, 4, 5]);
+        // All disturbed: twice the attempts, the latest fill up.
+        let mut calls = 0;
+        let v = keep_clean(3, || {
+            calls += 1;
+            (calls, true)
+        });
+        assert_eq!(v, vec![6, 5, 4]);
+        let mut calls = 0;
+        let v = keep_clean(3, || {
+            calls += 1;
+            (calls, calls <= 4)
+        });
+        assert_eq!(v, vec![5, 6, 4]);
+    }
+
+    #[test]
+    fn sharing_the_cpu_without_blocking_is_a_preemption() {
+        // Both threads pinned to one CPU and never blocking: whenever the
+        // spinner makes progress while this thread busy-waits, this thread
+        // was preempted (involuntarily) to let it run.
+        use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+        use std::sync::Arc;
+        let cpu = default_cpu();
+        let _pin = Pinned::to(cpu).unwrap();
+        let (spins, stop) = (
+            Arc::new(AtomicU64::new(0)),
+            Arc::new(AtomicBool::new(false)),
+        );
+        let spinner = {
+            let (spins, stop) = (spins.clone(), stop.clone());
+            std::thread::spawn(move || {
+                let _pin = Pinned::to(cpu).unwrap();
+                while !stop.load(Ordering::Relaxed) {
+                    spins.fetch_add(1, Ordering::Relaxed);
+                }
+            })
+        };
+        while spins.load(Ordering::Relaxed) == 0 {
+            std::hint::spin_loop();
+        }
+        let before = Preemptions::now();
+        let seen = spins.load(Ordering::Relaxed);
+        let give_up = monotonic_ns() + 10_000_000_000;
+        while spins.load(Ordering::Relaxed) == seen && monotonic_ns() < give_up {
+            std::hint::spin_loop();
+        }
+        let progressed = spins.load(Ordering::Relaxed) != seen;
+        let preempted = before.since();
+        stop.store(true, Ordering::Relaxed);
+        spinner.join().unwrap();
+        assert!(progressed, "the spinner never ran on the shared CPU");
+        assert!(preempted, "the spinner ran, so this thread was preempted");
     }
 
     #[test]

@@ -46,7 +46,7 @@ pub fn run(options: &ProbeOptions) -> Result<NetResult, ProbeError> {
         c.set_nodelay(true).map_err(io("TCP_NODELAY"))?;
         let mut b = [7u8; 1];
         let mut failed = None;
-        let rtt_ns = super::per_op_ns(repeats, rtt_rounds, overhead, || {
+        let rtt_ns = super::per_op_ns(repeats, rtt_rounds, overhead, super::Solo::No, || {
             if failed.is_none() {
                 if let Err(e) = c.write_all(&b).and_then(|_| c.read_exact(&mut b)) {
                     failed = Some(e);
@@ -63,7 +63,7 @@ pub fn run(options: &ProbeOptions) -> Result<NetResult, ProbeError> {
         let acceptor = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).map_err(io("bind 127.0.0.1"))?;
         let to = acceptor.local_addr().map_err(io("local_addr"))?;
         let mut failed = None;
-        let connect_ns = super::per_op_ns(repeats, connects, overhead, || {
+        let connect_ns = super::per_op_ns(repeats, connects, overhead, super::Solo::No, || {
             if failed.is_none() {
                 match TcpStream::connect(to).and_then(|s| acceptor.accept().map(|a| (s, a))) {
                     Ok(pair) => drop(pair),
@@ -92,7 +92,7 @@ pub fn run(options: &ProbeOptions) -> Result<NetResult, ProbeError> {
 /// Merges interleaved repetitions (see [`super::merge_summaries`]).
 pub fn merge(parts: Vec<NetResult>) -> Option<NetResult> {
     Some(NetResult {
-        rtt_ns: super::merge_field(&parts, |p| &p.rtt_ns)?,
-        connect_ns: super::merge_field(&parts, |p| &p.connect_ns)?,
+        rtt_ns: super::merge_cost(&parts, |p| &p.rtt_ns)?,
+        connect_ns: super::merge_cost(&parts, |p| &p.connect_ns)?,
     })
 }

@@ -45,19 +45,27 @@ pub fn run(options: &ProbeOptions) -> Result<PageFaultResult, ProbeError> {
     let repeats = options.repeats();
     let overhead = super::timing_overhead_ns();
     touch_fresh_pages(pages.min(256))?;
-    let mut per_fault = Vec::with_capacity(repeats);
     let mut faults = 0;
-    for _ in 0..repeats {
-        let (ns, f) = touch_fresh_pages(pages)?;
-        per_fault.push((ns - overhead).max(0.0) / pages as f64);
-        faults += f;
+    let mut error = None;
+    let per_fault = super::unpreempted(repeats, || match touch_fresh_pages(pages) {
+        Ok((ns, f)) => {
+            faults += f;
+            (ns - overhead).max(0.0) / pages as f64
+        }
+        Err(e) => {
+            error.get_or_insert(e);
+            f64::NAN
+        }
+    });
+    if let Some(e) = error {
+        return Err(e);
     }
     Ok(PageFaultResult {
         // SAFETY: sysconf has no preconditions.
         page_size: unsafe { libc::sysconf(libc::_SC_PAGESIZE) } as u64,
         pages: pages as u64,
         fault_ns: summarize(&per_fault).ok_or_else(|| ProbeError::Other("no samples".into()))?,
-        faults_per_page: faults as f64 / (pages * repeats) as f64,
+        faults_per_page: faults as f64 / (pages * per_fault.len()) as f64,
     })
 }
 
@@ -73,7 +81,7 @@ pub fn merge(parts: Vec<PageFaultResult>) -> Option<PageFaultResult> {
     Some(PageFaultResult {
         page_size: first.page_size,
         pages: first.pages,
-        fault_ns: super::merge_field(&parts, |p| &p.fault_ns)?,
+        fault_ns: super::merge_cost(&parts, |p| &p.fault_ns)?,
         faults_per_page,
     })
 }

@@ -2,7 +2,7 @@
 //! cost of starting and joining a thread and of forking, exiting and reaping a
 //! process.
 
-use super::{merge_field, per_op_ns, pin, ProbeError, ProbeOptions};
+use super::{merge_cost, per_op_ns, pin, ProbeError, ProbeOptions, Solo};
 use hwqos_core::stats::Summary;
 use serde::{Deserialize, Serialize};
 use std::hint::black_box;
@@ -51,17 +51,17 @@ pub fn run(options: &ProbeOptions) -> Result<SyscallResult, ProbeError> {
     let (_pin, _cpu) = pin(options)?;
     let repeats = options.repeats();
     let overhead = super::timing_overhead_ns();
-    let getpid_ns = per_op_ns(repeats, options.scaled(100_000), overhead, || {
+    let getpid_ns = per_op_ns(repeats, options.scaled(20_000), overhead, Solo::Yes, || {
         black_box(raw_getpid());
     })
     .ok_or_else(|| ProbeError::Other("no getpid samples".into()))?;
-    let thread_spawn_ns = per_op_ns(repeats, options.scaled(200), overhead, || {
+    let thread_spawn_ns = per_op_ns(repeats, options.scaled(200), overhead, Solo::No, || {
         let h = std::thread::spawn(|| black_box(1));
         let _ = black_box(h.join());
     })
     .ok_or_else(|| ProbeError::Other("no thread samples".into()))?;
     let mut fork_error = None;
-    let process_spawn_ns = per_op_ns(repeats, options.scaled(100), overhead, || {
+    let process_spawn_ns = per_op_ns(repeats, options.scaled(100), overhead, Solo::No, || {
         if let Err(e) = fork_exit_wait() {
             fork_error.get_or_insert(e);
         }
@@ -80,8 +80,8 @@ pub fn run(options: &ProbeOptions) -> Result<SyscallResult, ProbeError> {
 /// Merges interleaved repetitions (see [`super::merge_summaries`]).
 pub fn merge(parts: Vec<SyscallResult>) -> Option<SyscallResult> {
     Some(SyscallResult {
-        getpid_ns: merge_field(&parts, |p| &p.getpid_ns)?,
-        thread_spawn_ns: merge_field(&parts, |p| &p.thread_spawn_ns)?,
-        process_spawn_ns: merge_field(&parts, |p| &p.process_spawn_ns)?,
+        getpid_ns: merge_cost(&parts, |p| &p.getpid_ns)?,
+        thread_spawn_ns: merge_cost(&parts, |p| &p.thread_spawn_ns)?,
+        process_spawn_ns: merge_cost(&parts, |p| &p.process_spawn_ns)?,
     })
 }
