@@ -58,19 +58,19 @@ fn one_minor_fault_per_fresh_page() {
 }
 
 #[test]
-fn pointer_chase_finds_the_sysfs_l1d_and_an_l2_within_sysfs_l2() {
+fn pointer_chase_finds_the_sysfs_l1d_and_l2_within_one_step() {
     let topo = Topology::this_node().unwrap();
     let cpu = probe::default_cpu();
     let Some(l1d) = topo.cache_of(cpu, 1).and_then(|c| c.size_bytes) else {
         panic!("this machine's sysfs shows no L1d size for CPU {cpu}");
     };
-    // Up to 4× the L2 is enough for both boundaries (the full sweep to 4× the
+    // Up to 8× the L2 is enough for both boundaries (the full sweep to 4× the
     // LLC is what `hwqos probe memlat` runs).
     let l2 = topo.cache_of(cpu, 2).and_then(|c| c.size_bytes);
     let options = ProbeOptions {
         cpu: Some(cpu),
         repeats: Some(3),
-        memlat_max_bytes: Some(l2.unwrap_or(l1d * 16) * 4),
+        memlat_max_bytes: Some(l2.unwrap_or(l1d * 16) * 8),
         ..ProbeOptions::default()
     };
     // Robust statistics against other work on a shared machine: each run
@@ -120,10 +120,25 @@ fn pointer_chase_finds_the_sysfs_l1d_and_an_l2_within_sysfs_l2() {
         assert_eq!(r.levels.first().map(|l| l.name.as_str()), Some("L1d"));
     }
     if let Some(l2) = l2 {
-        let second = largest(1);
+        // The L2 boundary is the half-miss point of the creeping L2 curve
+        // (docs/probe.md), which scatters both ways: the median run counts.
+        let mut all: Vec<u64> = runs
+            .iter()
+            .map(|r| r.levels.get(1).map_or(0, |l| l.effective_size_bytes))
+            .collect();
+        all.sort_unstable();
+        let second = all[all.len() / 2];
         assert!(
-            second > l1d && second as f64 <= l2 as f64 * step,
-            "L2 inferred at {second} B (largest of 3 runs), sysfs says {l2} B"
+            memlat::within_one_step(second, l2, steps),
+            "L2 inferred at {second} B (median of 3 runs: {all:?}), sysfs says {l2} B; curves (KiB, ns): {:?}",
+            runs.iter()
+                .map(|r| r
+                    .points
+                    .iter()
+                    .filter(|p| p.size_bytes >= 64 << 10)
+                    .map(|p| (p.size_bytes / 1024, (p.median_ns * 100.0).round() / 100.0))
+                    .collect::<Vec<_>>())
+                .collect::<Vec<_>>()
         );
     }
     for r in &runs {

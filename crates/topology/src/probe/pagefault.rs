@@ -45,11 +45,12 @@ pub fn run(options: &ProbeOptions) -> Result<PageFaultResult, ProbeError> {
     let repeats = options.repeats();
     let overhead = super::timing_overhead_ns();
     touch_fresh_pages(pages.min(256))?;
-    let mut faults = 0;
+    let (mut faults, mut batches) = (0, 0);
     let mut error = None;
     let per_fault = super::unpreempted(repeats, || match touch_fresh_pages(pages) {
         Ok((ns, f)) => {
             faults += f;
+            batches += 1;
             (ns - overhead).max(0.0) / pages as f64
         }
         Err(e) => {
@@ -65,7 +66,7 @@ pub fn run(options: &ProbeOptions) -> Result<PageFaultResult, ProbeError> {
         page_size: unsafe { libc::sysconf(libc::_SC_PAGESIZE) } as u64,
         pages: pages as u64,
         fault_ns: summarize(&per_fault).ok_or_else(|| ProbeError::Other("no samples".into()))?,
-        faults_per_page: faults as f64 / (pages * per_fault.len()) as f64,
+        faults_per_page: faults as f64 / (pages * batches.max(1)) as f64,
     })
 }
 
