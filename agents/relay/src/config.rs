@@ -44,7 +44,8 @@ pub struct Config {
     pub policy: PolicyKind,
     /// Target CPU utilization (0, 1] for the throttle; 0 turns the throttle off.
     pub cpu_target: f64,
-    /// How per-CPU utilizations combine: "mean" or "max".
+    /// How per-CPU utilizations combine: "mean" (the node), "max" (the
+    /// busiest CPU) or "affinity" (mean over the CPUs the relay may run on).
     pub cpu_aggregate: hwqos_compress::CpuAggregate,
     /// Codecs offered and used (empty: all built-in).
     pub codecs: Vec<String>,
@@ -221,6 +222,7 @@ impl Config {
             link_ns_per_byte: (self.link_ns_per_byte > 0.0).then_some(self.link_ns_per_byte),
             throttle: (self.cpu_target > 0.0).then(|| ThrottleConfig {
                 target: self.cpu_target,
+                cpu_aggregate: self.cpu_aggregate,
                 ..Default::default()
             }),
             sampling: Sampling::AfterSend,

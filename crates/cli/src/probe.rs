@@ -270,7 +270,10 @@ fn print_measured(m: &Measured, out: &mut dyn Write) -> Result<()> {
             _ => String::new(),
         },
         if m.rounds > 1 {
-            format!("median of {} interleaved repetitions' medians", m.rounds)
+            format!(
+                "least disturbed of {} interleaved repetitions' medians",
+                m.rounds
+            )
         } else {
             "median".to_string()
         },

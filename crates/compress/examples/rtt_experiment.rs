@@ -4,14 +4,14 @@
 //! rtt_experiment server --listen ADDR
 //! rtt_experiment linkemu --listen ADDR --connect ADDR --rate-mbit R --delay-us D [--control FILE]
 //! rtt_experiment client --connect ADDR --policy P --dataset d0|d1|dp
-//!     [--messages N] [--size BYTES] [--round R] [--cpu-target T]
+//!     [--messages N] [--size BYTES] [--round R] [--cpu-target T] [--cpu-aggregate mean|max|affinity]
 //!     [--change-at K --change-to d0|d1|dp] [--at K:SHELL-COMMAND]...
-//!     [--csv FILE] [--label TEXT] [--pace-us US]
+//!     [--csv FILE] [--label TEXT] [--pace-us US] [--batch BYTES]
 //! ```
 //!
 //! `linkemu` is a user-space link emulator for kernels without `netem`: a TCP
 //! forwarder that delivers every chunk it reads after the chunk's
-//! serialization time at the link rate (queued behind earlier chunks) plus a
+//! serialization time at the link rate (in packets of at most 1,448 bytes, queued behind earlier ones) plus a
 //! one-way delay, in both directions. `--control FILE` is re-read every
 //! 100 ms for a new `RATE_MBIT DELAY_US` (a bandwidth change mid-run).
 //!
@@ -19,10 +19,16 @@
 //! is the wall time from `send_msg` to the echo's `recv_msg`. The server
 //! echoes with the client's policy (told in the first message). One JSON
 //! summary line goes to stdout; `--csv` keeps every message (index, RTT, codec
-//! sent, codec preferred, CPU utilization and throttle share).
+//! sent, codec preferred, CPU utilization and throttle share). `--batch B`
+//! concatenates messages of the data set until a message has at least B
+//! bytes (a batch of control-plane messages). With `--change-at K` the
+//! summary also has the mean RTT before and after message K and, for the
+//! learning policies, how many messages after K the preferred codec changed.
 
 use hwqos_compress::datasets::{DataSet, MessageSource};
-use hwqos_compress::{MessageStream, PolicyKind, Registry, Sampling, StreamConfig, ThrottleConfig};
+use hwqos_compress::{
+    CpuAggregate, MessageStream, PolicyKind, Registry, Sampling, StreamConfig, ThrottleConfig,
+};
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::net::{TcpListener, TcpStream};
@@ -35,12 +41,19 @@ fn arg(args: &[String], key: &str) -> Option<String> {
         .and_then(|i| args.get(i + 1).cloned())
 }
 
-fn config(policy: PolicyKind, round: u32, cpu_target: f64) -> StreamConfig {
+fn config(policy: PolicyKind, round: u32, cpu_target: f64, aggregate: &str) -> StreamConfig {
+    let cpu_aggregate = match aggregate {
+        "max" => CpuAggregate::Max,
+        "affinity" => CpuAggregate::Affinity,
+        "cgroup" => CpuAggregate::Cgroup,
+        _ => CpuAggregate::Mean,
+    };
     StreamConfig {
         policy,
         round_messages: round,
         throttle: (cpu_target > 0.0).then(|| ThrottleConfig {
             target: cpu_target,
+            cpu_aggregate,
             ..Default::default()
         }),
         // HWQOS_SAMPLING=background|inline|off (diagnostics); default: after send.
@@ -68,18 +81,24 @@ fn server(args: &[String]) {
             sock.set_nodelay(true).unwrap();
             let reg = Arc::new(Registry::standard());
             let Ok(mut s) =
-                MessageStream::handshake(sock, config(PolicyKind::Adaptive, 50, 0.0), reg)
+                MessageStream::handshake(sock, config(PolicyKind::Adaptive, 50, 0.0, "mean"), reg)
             else {
                 return;
             };
-            // First message: "POLICY <p> ROUND <r> CPU <t>".
+            // First message: "POLICY <p> ROUND <r> CPU <t> AGG <a>".
             let Ok(Some(first)) = s.recv_msg() else {
                 return;
             };
             let text = String::from_utf8_lossy(&first).to_string();
             let f: Vec<&str> = text.split_whitespace().collect();
             if let (Some(p), Some(r), Some(t)) = (f.get(1), f.get(3), f.get(5)) {
-                let cfg = config(p.parse().unwrap(), r.parse().unwrap(), t.parse().unwrap());
+                let agg = f.get(7).copied().unwrap_or("mean");
+                let cfg = config(
+                    p.parse().unwrap(),
+                    r.parse().unwrap(),
+                    t.parse().unwrap(),
+                    agg,
+                );
                 let ep = s.endpoint_mut();
                 ep.set_round_messages(cfg.round_messages);
                 ep.set_throttle(cfg.throttle);
@@ -104,6 +123,9 @@ struct LinkParams {
 fn link_params(rate_mbit: f64, delay_us: f64) -> (u64, u64) {
     ((8000.0 / rate_mbit) as u64, (delay_us * 1000.0) as u64)
 }
+
+/// Bytes per emulated packet (a TCP segment on a 1500-byte MTU).
+const MTU_PAYLOAD: usize = 1448;
 
 /// One direction: read chunks, stamp their delivery time, deliver in order.
 fn emulate(mut from: TcpStream, mut to: TcpStream, p: Arc<LinkParams>) {
@@ -138,11 +160,23 @@ fn emulate(mut from: TcpStream, mut to: TcpStream, p: Arc<LinkParams>) {
             Ok(0) | Err(_) => break,
             Ok(n) => n,
         };
+        // Packets of at most one Ethernet payload, each delivered after its
+        // own serialization: the first bytes of a large write arrive before
+        // the last ones, as on a real link (a probe reply written in front
+        // of a large frame is not held back by it).
         let now = Instant::now();
-        let ser = Duration::from_nanos(p.ns_per_byte.load(Relaxed) * n as u64);
-        line_free = line_free.max(now) + ser;
-        let at = line_free + Duration::from_nanos(p.delay_ns.load(Relaxed));
-        if tx.send((at, buf[..n].to_vec())).is_err() {
+        line_free = line_free.max(now);
+        let delay = Duration::from_nanos(p.delay_ns.load(Relaxed));
+        let per_byte = p.ns_per_byte.load(Relaxed);
+        let mut ok = true;
+        for packet in buf[..n].chunks(MTU_PAYLOAD) {
+            line_free += Duration::from_nanos(per_byte * packet.len() as u64);
+            if tx.send((line_free + delay, packet.to_vec())).is_err() {
+                ok = false;
+                break;
+            }
+        }
+        if !ok {
             break;
         }
     }
@@ -210,10 +244,12 @@ fn client(args: &[String]) {
     let size: usize = arg(args, "--size").map_or(512, |v| v.parse().unwrap());
     let round: u32 = arg(args, "--round").map_or(50, |v| v.parse().unwrap());
     let cpu_target: f64 = arg(args, "--cpu-target").map_or(0.0, |v| v.parse().unwrap());
+    let aggregate = arg(args, "--cpu-aggregate").unwrap_or("mean".into());
     let change_at: Option<usize> = arg(args, "--change-at").map(|v| v.parse().unwrap());
     let change_to: Option<DataSet> = arg(args, "--change-to").map(|v| v.parse().unwrap());
     let label = arg(args, "--label").unwrap_or_default();
     let pace = arg(args, "--pace-us").map(|v| std::time::Duration::from_micros(v.parse().unwrap()));
+    let batch: usize = arg(args, "--batch").map_or(0, |v| v.parse().unwrap());
     let started = Instant::now();
     let mut hooks: BTreeMap<usize, Vec<String>> = BTreeMap::new();
     for (i, a) in args.iter().enumerate() {
@@ -230,9 +266,13 @@ fn client(args: &[String]) {
     sock.set_nodelay(true).unwrap();
     let reg = Arc::new(Registry::standard());
     let mut s =
-        MessageStream::handshake(sock, config(policy.clone(), round, cpu_target), reg.clone())
+        MessageStream::handshake(
+            sock,
+            config(policy.clone(), round, cpu_target, &aggregate),
+            reg.clone(),
+        )
             .expect("handshake");
-    s.send_msg(format!("POLICY {policy} ROUND {round} CPU {cpu_target}").as_bytes())
+    s.send_msg(format!("POLICY {policy} ROUND {round} CPU {cpu_target} AGG {aggregate}").as_bytes())
         .unwrap();
     assert_eq!(s.recv_msg().unwrap().unwrap(), b"OK");
     let mut src = MessageSource::new(set, size, 7);
@@ -243,6 +283,9 @@ fn client(args: &[String]) {
         f
     });
     let mut rtts = Vec::with_capacity(n);
+    let trace = std::env::var_os("HWQOS_TRACE").is_some();
+    let mut chosen_at_change = None;
+    let mut reselected_after: Option<usize> = None;
     for i in 0..n {
         if let Some(cmds) = hooks.get(&i) {
             for c in cmds {
@@ -256,16 +299,63 @@ fn client(args: &[String]) {
                 std::thread::sleep(wait);
             }
         }
-        let msg = match (&mut later, change_at) {
-            (Some(l), Some(k)) if i >= k => l.next_message(),
-            _ => src.next_message(),
+        let source = match (&mut later, change_at) {
+            (Some(l), Some(k)) if i >= k => l,
+            _ => &mut src,
         };
+        let mut msg = source.next_message();
+        while msg.len() < batch {
+            msg.extend_from_slice(&source.next_message());
+        }
+        if change_at == Some(i) {
+            chosen_at_change = Some(s.endpoint().selector().chosen());
+        }
+        if let (Some(c), None, Some(k)) = (chosen_at_change, reselected_after, change_at) {
+            if s.endpoint().selector().chosen() != c {
+                reselected_after = Some(i - k);
+            }
+        }
         let t0 = Instant::now();
         s.send_msg(&msg).unwrap();
         let echo = s.recv_msg().unwrap().expect("echo");
         let rtt = t0.elapsed().as_nanos() as u64;
         assert_eq!(echo.len(), msg.len());
         rtts.push(rtt as f64);
+        if trace && i % 20 == 0 {
+            let ep = s.endpoint();
+            let st = ep.stats();
+            eprintln!(
+                "{i} chosen {} burst {} backoff {} samples {} sample_ns {} credit {:.0} link {:?} pad {} rtt {:?} sent {:?}",
+                st.chosen,
+                ep.selector().in_burst(),
+                ep.selector().backoff(),
+                st.samples,
+                st.sample_ns,
+                st.sample_credit_ns,
+                st.link_ns_per_byte,
+                st.probe_pad,
+                st.rtt_ns,
+                st.sent_per_codec
+            );
+            let l = ep.learner();
+            let size = l.message_size.get().unwrap_or(0.0);
+            let preds: Vec<String> = ep
+                .send_codecs()
+                .iter()
+                .map(|&c| {
+                    let e = l.codecs.get(&c);
+                    format!(
+                        "{}={:?}/r{:?}/c{:?}/d{:?}",
+                        reg.name_of(c),
+                        l.predict(c, size).map(|t| t as u64),
+                        e.and_then(|e| e.ratio.get()),
+                        e.and_then(|e| e.compress_ns_per_byte.get()),
+                        e.and_then(|e| e.decompress_ns_per_byte())
+                    )
+                })
+                .collect();
+            eprintln!("   size {size:.0} {}", preds.join(" "));
+        }
         if let Some(f) = &mut csv {
             let ep = s.endpoint();
             let st = ep.stats();
@@ -284,6 +374,8 @@ fn client(args: &[String]) {
     }
     let st = s.stats();
     let ci = hwqos_core::stats::confidence_interval(&rtts, 0.95).expect("messages");
+    let k = change_at.unwrap_or(n).min(n);
+    let mean = |v: &[f64]| (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64 / 1e3);
     let p50 = hwqos_core::stats::percentile(&rtts, 50.0).unwrap();
     let p99 = hwqos_core::stats::percentile(&rtts, 99.0).unwrap();
     let summary = serde_json::json!({
@@ -300,9 +392,17 @@ fn client(args: &[String]) {
         "samples": st.samples,
         "wire_bytes_sent": st.wire_bytes_sent,
         "app_bytes_sent": st.app_bytes_sent,
+        "wire_bytes_received": st.wire_bytes_received,
+        "app_bytes_received": st.app_bytes_received,
         "rtt_estimate_us": st.rtt_ns.map(|v| v / 1e3),
         "link_ns_per_byte": st.link_ns_per_byte,
         "throttled_messages": st.throttled_messages,
+        "sample_ns": st.sample_ns,
+        "sample_credit_ns": st.sample_credit_ns,
+        "mean_before_change_us": change_at.and_then(|_| mean(&rtts[..k])),
+        "mean_after_change_us": change_at.and_then(|_| mean(&rtts[k..])),
+        "reselected_after": reselected_after,
+        "batch": batch,
     });
     println!("{summary}");
 }

@@ -1,7 +1,12 @@
 //! Async (tokio) message streams. [`AsyncMessageStream`] offers
 //! `send_msg`/`recv_msg` like the blocking stream; [`AsyncMessageStream::into_split`]
-//! gives a sender and a receiver that can live in different tasks (the
-//! receiver writes probe replies through the shared writer).
+//! gives a sender and a receiver that can live in different tasks.
+//!
+//! Probe replies ride in front of the next message the sender writes, like
+//! in the blocking stream; the receiver writes those still pending itself
+//! (through the shared writer) before it waits for more input, so a peer's
+//! probe is never held longer than this end takes to run out of received
+//! frames.
 
 use crate::codec::Registry;
 use crate::endpoint::{Endpoint, StreamConfig, StreamStats};
@@ -29,10 +34,19 @@ impl StreamHandle {
     }
 }
 
+/// Probe replies waiting for the next write of either half.
+type PendingReplies = Arc<Mutex<Vec<u8>>>;
+
+fn take_pending(p: &Mutex<Vec<u8>>, out: &mut Vec<u8>) {
+    let mut p = p.lock().unwrap_or_else(|e| e.into_inner());
+    out.append(&mut p);
+}
+
 /// The sending half.
 pub struct AsyncSender<W> {
     endpoint: Arc<Mutex<Endpoint>>,
     writer: Arc<tokio::sync::Mutex<W>>,
+    pending: PendingReplies,
     out: Vec<u8>,
 }
 
@@ -40,6 +54,7 @@ pub struct AsyncSender<W> {
 pub struct AsyncReceiver<R, W> {
     endpoint: Arc<Mutex<Endpoint>>,
     writer: Arc<tokio::sync::Mutex<W>>,
+    pending: PendingReplies,
     reader: R,
     frames: FrameReader,
     replies: Vec<u8>,
@@ -80,15 +95,18 @@ impl<R: AsyncRead + Unpin, W: AsyncWrite + Unpin> AsyncMessageStream<R, W> {
         endpoint.accept_hello(hello)?;
         let endpoint = Arc::new(Mutex::new(endpoint));
         let writer = Arc::new(tokio::sync::Mutex::new(writer));
+        let pending = PendingReplies::default();
         Ok(AsyncMessageStream {
             sender: AsyncSender {
                 endpoint: endpoint.clone(),
                 writer: writer.clone(),
+                pending: pending.clone(),
                 out: Vec::new(),
             },
             receiver: AsyncReceiver {
                 endpoint,
                 writer,
+                pending,
                 reader,
                 frames,
                 replies: Vec::new(),
@@ -125,21 +143,40 @@ async fn read_frame<R: AsyncRead + Unpin>(
         if let Some(f) = frames.step()? {
             return Ok(Some(f));
         }
+        fill(frames, r).await?;
+        if frames.len == 0 {
+            return Ok(None);
+        }
+    }
+}
+
+/// Reads more input into `frames`; `len == 0` afterwards at a clean end.
+async fn fill<R: AsyncRead + Unpin>(frames: &mut FrameReader, r: &mut R) -> Result<(), WireError> {
+    {
         frames.pos = 0;
         frames.len = 0;
         let n = r.read(&mut frames.buf).await?;
         if n == 0 {
             frames.eof()?;
-            return Ok(None);
         }
         frames.len = n;
+        Ok(())
     }
 }
 
 impl<W: AsyncWrite + Unpin> AsyncSender<W> {
     pub async fn send_msg(&mut self, msg: &[u8]) -> Result<(), WireError> {
         self.out.clear();
-        lock(&self.endpoint).encode(msg, &mut self.out)?;
+        take_pending(&self.pending, &mut self.out);
+        let pending = self.out.len();
+        if let Err(e) = lock(&self.endpoint).encode(msg, &mut self.out) {
+            // Keep the replies for the next write.
+            let mut p = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+            let mut kept = self.out[..pending].to_vec();
+            kept.append(&mut p);
+            *p = kept;
+            return Err(e);
+        }
         {
             let mut w = self.writer.lock().await;
             w.write_all(&self.out).await?;
@@ -166,22 +203,41 @@ impl<R: AsyncRead + Unpin, W: AsyncWrite + Unpin> AsyncReceiver<R, W> {
     /// The next message; `Ok(None)` at a clean end of stream.
     pub async fn recv_msg(&mut self) -> Result<Option<Vec<u8>>, WireError> {
         loop {
-            let Some(frame) = read_frame(&mut self.frames, &mut self.reader).await? else {
-                return Ok(None);
+            let frame = match self.frames.step()? {
+                Some(f) => f,
+                None => {
+                    self.flush_replies().await;
+                    fill(&mut self.frames, &mut self.reader).await?;
+                    if self.frames.len == 0 {
+                        return Ok(None);
+                    }
+                    continue;
+                }
             };
             self.replies.clear();
             let msg = lock(&self.endpoint).decode(frame, &mut self.replies)?;
             if !self.replies.is_empty() {
-                // Probe replies are best effort: after our side shut its
-                // writing down (a half-close) the peer just misses an RTT sample.
-                let mut w = self.writer.lock().await;
-                if w.write_all(&self.replies).await.is_ok() {
-                    let _ = w.flush().await;
-                }
+                let mut p = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+                p.extend_from_slice(&self.replies);
             }
             if let Some(m) = msg {
                 return Ok(Some(m));
             }
+        }
+    }
+
+    /// Writes the probe replies the sender has not taken yet. Best effort:
+    /// after our side shut its writing down (a half-close) the peer just
+    /// misses an RTT sample.
+    async fn flush_replies(&mut self) {
+        self.replies.clear();
+        take_pending(&self.pending, &mut self.replies);
+        if self.replies.is_empty() {
+            return;
+        }
+        let mut w = self.writer.lock().await;
+        if w.write_all(&self.replies).await.is_ok() {
+            let _ = w.flush().await;
         }
     }
 

@@ -84,6 +84,14 @@ pub trait Codec: Send + Sync {
         expected_len: usize,
         out: &mut Vec<u8>,
     ) -> Result<(), CodecError>;
+    /// A rough *lower* bound of compression plus decompression time per
+    /// input byte (ns) on messages of a few hundred bytes, used only for a
+    /// codec the stream has not measured yet: the adaptive policy does not
+    /// spend a sample on a codec that could not win even at this cost and a
+    /// ratio of 0. 0 (the default) means "unknown": always worth a sample.
+    fn cost_hint_ns_per_byte(&self) -> f64 {
+        0.0
+    }
 }
 
 fn corrupted(codec: &'static str, detail: impl fmt::Display) -> CodecError {
@@ -211,6 +219,9 @@ impl Codec for Lz4Codec {
     fn name(&self) -> &'static str {
         "lz4"
     }
+    fn cost_hint_ns_per_byte(&self) -> f64 {
+        0.1
+    }
     fn compress(&self, input: &[u8], out: &mut Vec<u8>) -> Result<(), CodecError> {
         let start = out.len();
         out.resize(
@@ -245,6 +256,9 @@ impl Codec for SnappyCodec {
     }
     fn name(&self) -> &'static str {
         "snappy"
+    }
+    fn cost_hint_ns_per_byte(&self) -> f64 {
+        0.1
     }
     fn compress(&self, input: &[u8], out: &mut Vec<u8>) -> Result<(), CodecError> {
         let start = out.len();
@@ -300,6 +314,13 @@ impl Codec for ZstdCodec {
     }
     fn name(&self) -> &'static str {
         self.name
+    }
+    fn cost_hint_ns_per_byte(&self) -> f64 {
+        if self.level >= 6 {
+            2.0
+        } else {
+            1.0
+        }
     }
     fn compress(&self, input: &[u8], out: &mut Vec<u8>) -> Result<(), CodecError> {
         let start = out.len();
@@ -380,6 +401,13 @@ impl Codec for LzmaCodec {
     fn name(&self) -> &'static str {
         self.name
     }
+    fn cost_hint_ns_per_byte(&self) -> f64 {
+        if self.preset == 0 {
+            20.0
+        } else {
+            30.0
+        }
+    }
     fn compress(&self, input: &[u8], out: &mut Vec<u8>) -> Result<(), CodecError> {
         let filters = self.filters().map_err(|e| compress_failed(self.name, e))?;
         let stream = liblzma::stream::Stream::new_raw_encoder(&filters)
@@ -431,6 +459,13 @@ impl Codec for Bzip2Codec {
     }
     fn name(&self) -> &'static str {
         self.name
+    }
+    fn cost_hint_ns_per_byte(&self) -> f64 {
+        if self.level <= 4 {
+            20.0
+        } else {
+            60.0
+        }
     }
     fn compress(&self, input: &[u8], out: &mut Vec<u8>) -> Result<(), CodecError> {
         let mut enc =
@@ -489,6 +524,9 @@ impl Codec for DeflateCodec {
     }
     fn name(&self) -> &'static str {
         "deflate"
+    }
+    fn cost_hint_ns_per_byte(&self) -> f64 {
+        5.0
     }
     fn compress(&self, input: &[u8], out: &mut Vec<u8>) -> Result<(), CodecError> {
         with_deflate(|c, _| {

@@ -2,8 +2,9 @@
 //! byte 0xFF, all bits set) and Dp, realistic control-plane messages of a few
 //! hundred bytes — generated SIP requests and responses, Diameter-style binary
 //! AVP messages and JSON control messages, interleaved with pieces of real
-//! text files found on the machine (`/usr/share/doc/*/copyright`). Generation
-//! is deterministic for a seed.
+//! text files found on the machine (`/usr/share/doc/*/copyright`) — and Dr,
+//! pseudo-random bytes that no codec can shrink (encrypted or already
+//! compressed payloads). Generation is deterministic for a seed.
 
 use crate::policy::Rng;
 use std::path::Path;
@@ -14,6 +15,8 @@ pub enum DataSet {
     Zeros,
     Ones,
     Realistic,
+    /// Pseudo-random bytes (incompressible).
+    Random,
 }
 
 impl std::str::FromStr for DataSet {
@@ -23,7 +26,8 @@ impl std::str::FromStr for DataSet {
             "d0" | "D0" | "zeros" => Ok(DataSet::Zeros),
             "d1" | "D1" | "ones" => Ok(DataSet::Ones),
             "dp" | "Dp" | "DP" | "realistic" => Ok(DataSet::Realistic),
-            _ => Err(format!("unknown data set `{s}` (d0, d1, dp)")),
+            "dr" | "Dr" | "DR" | "random" => Ok(DataSet::Random),
+            _ => Err(format!("unknown data set `{s}` (d0, d1, dp, dr)")),
         }
     }
 }
@@ -72,7 +76,8 @@ pub fn real_text_pieces(dir: &Path, limit: usize) -> Vec<Vec<u8>> {
 }
 
 impl MessageSource {
-    /// `size` is the message size of D0/D1; Dp messages vary (about 150–900 bytes).
+    /// `size` is the message size of D0, D1 and Dr; Dp messages vary (about
+    /// 150–900 bytes).
     pub fn new(set: DataSet, size: usize, seed: u64) -> Self {
         let texts = if set == DataSet::Realistic {
             real_text_pieces(Path::new("/usr/share/doc"), 200)
@@ -99,6 +104,14 @@ impl MessageSource {
             DataSet::Zeros => vec![0u8; self.size],
             DataSet::Ones => vec![0xffu8; self.size],
             DataSet::Realistic => self.realistic(),
+            DataSet::Random => {
+                let mut v = Vec::with_capacity(self.size + 8);
+                while v.len() < self.size {
+                    v.extend_from_slice(&self.rng.next_u64().to_le_bytes());
+                }
+                v.truncate(self.size);
+                v
+            }
         }
     }
 

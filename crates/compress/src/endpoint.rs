@@ -9,7 +9,7 @@
 use crate::codec::{Codec, CodecId, Registry};
 use crate::learn::Learner;
 use crate::policy::{AdaptiveTuning, PolicyKind, Selector};
-use crate::throttle::{CpuLoad, ProcStatLoad, Throttle, ThrottleConfig};
+use crate::throttle::{CpuLoad, Throttle, ThrottleConfig};
 use crate::wire::{
     write_control, DecompressReport, FrameKind, Header, Hello, Limits, Probe, ProbeReply, RawFrame,
     WireError, DEFAULT_MAX_MESSAGE, FLAG_CHECKSUM,
@@ -99,6 +99,16 @@ pub struct StreamStats {
     /// Messages sent uncompressed because the round's budget was spent.
     pub throttled_messages: u64,
     pub samples: u64,
+    /// Time the sampler spent (warm-ups included) and the credit it earned
+    /// (adaptive; see [`AdaptiveTuning::gain_share`]).
+    pub sample_ns: u64,
+    pub sample_credit_ns: f64,
+    /// The most one sample cost (ns).
+    pub max_sample_ns: u64,
+    /// CPU time of the sampler's first, untimed run of each codec.
+    pub warm_up_ns: u64,
+    /// Padding of the padded probes (adapted to the link).
+    pub probe_pad: u32,
     pub rtt_ns: Option<f64>,
     pub link_ns_per_byte: Option<f64>,
     /// This round's compression budget (`None`: unlimited) and what is spent.
@@ -123,23 +133,71 @@ struct SampleResult {
     bytes_out: usize,
     compress_ns: u64,
     decompress_ns: u64,
+    /// Untimed first run of the codec on this thread (cost, not estimate).
+    warm_up_ns: u64,
+}
+
+thread_local! {
+    /// Codec ids this thread has already run once (bit per id).
+    static WARM: std::cell::Cell<[u64; 4]> = const { std::cell::Cell::new([0; 4]) };
+}
+
+/// Runs `codec` once untimed on this thread if it never ran here: the first
+/// call pays for thread-local contexts and fresh heap pages (a first bzip2-9
+/// or lzma-6 call took about a millisecond where later ones took 50–150 µs),
+/// which would make one cold sample rank the codec far too slow. Returns the
+/// time the warm-up took (0 when the codec was warm).
+fn warm_up(codec: &dyn Codec, data: &[u8]) -> u64 {
+    let id = codec.id().0 as usize;
+    let (word, bit) = (id / 64, 1u64 << (id % 64));
+    let mut warm = WARM.with(|w| w.get());
+    if warm[word] & bit != 0 {
+        return 0;
+    }
+    warm[word] |= bit;
+    WARM.with(|w| w.set(warm));
+    let t0 = thread_cpu_ns();
+    let mut c = Vec::new();
+    if codec.compress(data, &mut c).is_ok() {
+        let mut d = Vec::new();
+        let _ = codec.decompress(&c, data.len(), &mut d);
+    }
+    thread_cpu_ns().saturating_sub(t0)
+}
+
+/// This thread's CPU time (ns). Samples are timed in CPU time, not wall
+/// time: a sample preempted for a millisecond on a busy node would
+/// otherwise count a millisecond against the sampling credit and stop
+/// exploration for thousands of messages.
+fn thread_cpu_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes one timespec we own.
+    if unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) } != 0 {
+        return 0;
+    }
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
 fn run_sample(codec: &dyn Codec, data: &[u8]) -> Option<SampleResult> {
+    let warm_up_ns = warm_up(codec, data);
     let mut c = Vec::with_capacity(data.len() / 2 + 64);
-    let t0 = Instant::now();
+    let t0 = thread_cpu_ns();
     codec.compress(data, &mut c).ok()?;
-    let compress_ns = t0.elapsed().as_nanos() as u64;
+    let t1 = thread_cpu_ns();
+    let compress_ns = t1.saturating_sub(t0);
     let mut d = Vec::new();
-    let t1 = Instant::now();
     codec.decompress(&c, data.len(), &mut d).ok()?;
-    let decompress_ns = t1.elapsed().as_nanos() as u64;
+    let decompress_ns = thread_cpu_ns().saturating_sub(t1);
     Some(SampleResult {
         codec: codec.id(),
         bytes_in: data.len(),
         bytes_out: c.len(),
         compress_ns,
         decompress_ns,
+        warm_up_ns,
     })
 }
 
@@ -166,6 +224,7 @@ fn sampler() -> &'static mpsc::SyncSender<SampleJob> {
                         bytes_out: 0,
                         compress_ns: 0,
                         decompress_ns: 0,
+                        warm_up_ns: 0,
                     });
                     let _ = job.reply.send(r);
                 }
@@ -176,6 +235,19 @@ fn sampler() -> &'static mpsc::SyncSender<SampleJob> {
 }
 
 const MAX_PENDING_PROBES: usize = 64;
+/// Probes sent with the first messages, one each (small and padded in turn).
+const INITIAL_PROBES: u32 = 8;
+/// The replies to the first probes are not used: they include the peer's
+/// cold start (first allocations, a new thread), which made one loopback
+/// stream estimate the link at 193 ns per byte.
+const COLD_PROBES: u32 = 2;
+/// Most unspent sampling credit, in messages' worth of credit at the current
+/// rate: credit saved while nothing needed a sample must not pay for a long
+/// burst later.
+const MAX_CREDIT_MESSAGES: f64 = 200.0;
+/// Largest padding of a padded probe: 8 KiB is 66 µs at 1 Gbit/s, enough to
+/// stand out of the RTT jitter of a fast link.
+const MAX_PROBE_PAD: u32 = 8 * 1024;
 
 /// One end of a message stream: sends with its policy, receives anything.
 pub struct Endpoint {
@@ -195,6 +267,10 @@ pub struct Endpoint {
     spent_ns: u64,
     /// Sampler time over the stream's life.
     sample_ns: u64,
+    /// Sampling credit earned over the stream's life (ns; adaptive).
+    sample_credit_ns: f64,
+    /// Padding of the next padded probe (adapted to the link).
+    probe_pad: u32,
     /// Samples handed to the sampler thread and not yet answered.
     samples_in_flight: u32,
     /// `Sampling::AfterSend`: the codec and message of the pending sample.
@@ -217,9 +293,7 @@ pub struct Endpoint {
 impl Endpoint {
     /// A stream end with `config`; its throttle (if any) reads `/proc/stat`.
     pub fn new(config: StreamConfig, registry: Arc<Registry>) -> Self {
-        let load: Option<Box<dyn CpuLoad>> = config
-            .throttle
-            .map(|_| Box::new(ProcStatLoad::system()) as Box<dyn CpuLoad>);
+        let load: Option<Box<dyn CpuLoad>> = config.throttle.map(|t| t.cpu_aggregate.source());
         Endpoint::with_cpu_load(config, registry, load)
     }
 
@@ -231,7 +305,7 @@ impl Endpoint {
     ) -> Self {
         let throttle = match (config.throttle, load) {
             (Some(t), Some(l)) => Some(Throttle::new(t, l)),
-            (Some(t), None) => Some(Throttle::new(t, Box::new(ProcStatLoad::system()))),
+            (Some(t), None) => Some(Throttle::new(t, t.cpu_aggregate.source())),
             _ => None,
         };
         let (sample_tx, sample_rx) = mpsc::channel();
@@ -259,6 +333,8 @@ impl Endpoint {
             round_started: Instant::now(),
             spent_ns: 0,
             sample_ns: 0,
+            sample_credit_ns: 0.0,
+            probe_pad: config.probe_pad,
             samples_in_flight: 0,
             deferred_codec: None,
             deferred_msg: Vec::new(),
@@ -367,7 +443,7 @@ impl Endpoint {
     /// starts from a zero budget and reads `/proc/stat`.
     pub fn set_throttle(&mut self, throttle: Option<ThrottleConfig>) {
         self.config.throttle = throttle;
-        self.throttle = throttle.map(|t| Throttle::new(t, Box::new(ProcStatLoad::system())));
+        self.throttle = throttle.map(|t| Throttle::new(t, t.cpu_aggregate.source()));
         self.budget_ns = self.throttle.as_ref().map(|_| 0);
     }
 
@@ -408,14 +484,22 @@ impl Endpoint {
 
     fn absorb_sample(&mut self, r: SampleResult) {
         if r.bytes_in == 0 {
+            self.stats.warm_up_ns += r.warm_up_ns;
             return; // a failed sample
         }
         self.learner
             .observe_compression(r.codec, r.bytes_in, r.bytes_out, r.compress_ns);
         self.learner
             .observe_local_decompression(r.codec, r.bytes_in, r.decompress_ns);
-        self.spent_ns += r.compress_ns + r.decompress_ns;
-        self.sample_ns += r.compress_ns + r.decompress_ns;
+        // Warm-ups are a one-time cost per codec and thread, not a price of
+        // this stream's exploration: they count against the CPU budget but
+        // not against the sampling credit (a 100 µs zstd context set-up
+        // would otherwise stall exploration for hundreds of messages).
+        let cost = r.compress_ns + r.decompress_ns;
+        self.spent_ns += cost + r.warm_up_ns;
+        self.sample_ns += cost;
+        self.stats.warm_up_ns += r.warm_up_ns;
+        self.stats.max_sample_ns = self.stats.max_sample_ns.max(cost);
         self.stats.samples += 1;
     }
 
@@ -428,7 +512,8 @@ impl Endpoint {
         let summary = self.learner.end_round(adaptive.then_some(threshold));
         let changed = adaptive && summary.max_ratio_change > threshold;
         self.selector.start_round(&self.learner, changed);
-        self.budget_ns = self.throttle.as_mut().map(|t| t.round_budget_ns(wall));
+        let used = self.spent_ns;
+        self.budget_ns = self.throttle.as_mut().map(|t| t.round_budget(wall, used));
         self.round_index += 1;
         self.sent_in_round = 0;
         self.spent_ns = 0;
@@ -451,7 +536,18 @@ impl Endpoint {
         }
         self.drain_samples();
         self.deferred_codec = None;
-        if self.sent_in_round >= self.config.round_messages.max(1) {
+        let round_len = if self.round_index == 0 || self.selector.learning() {
+            match self.config.policy {
+                PolicyKind::Adaptive => self
+                    .config
+                    .round_messages
+                    .min(self.config.adaptive.learning_round),
+                _ => self.config.round_messages,
+            }
+        } else {
+            self.config.round_messages
+        };
+        if self.sent_in_round >= round_len.max(1) {
             self.end_round();
         }
         let start_len = out.len();
@@ -489,19 +585,29 @@ impl Endpoint {
         // back off with its sampling, at most 64 times so RTT and link cost
         // still follow the network; while it compresses they keep their pace.
         if self.peer.is_some() && self.config.probe_every > 0 && self.until_probe == 0 {
-            let backoff = if self.selector.chosen() == CodecId::NONE {
+            // Not before three padded probes measured the link with the
+            // current padding (the padding may still have to grow).
+            let settled = self.learner.net.padded_rtts.len() >= 3;
+            let backoff = if settled && self.selector.chosen() == CodecId::NONE {
                 self.selector.backoff().min(64)
             } else {
                 1
             };
-            self.until_probe = self.config.probe_every * backoff;
+            // The first probes (small and padded in turn) go with the first
+            // messages, so the link is measured after a few messages instead
+            // of a few `probe_every`.
+            self.until_probe = if self.probe_seq < INITIAL_PROBES {
+                1
+            } else {
+                self.config.probe_every * backoff
+            };
             // Only the learning policies need the link's per-byte cost.
             let learning = matches!(
                 self.config.policy,
                 PolicyKind::Adaptive | PolicyKind::Majority
             );
             let pad = if learning && self.probe_seq % 2 == 1 {
-                self.config.probe_pad
+                self.probe_pad
             } else {
                 0
             };
@@ -538,7 +644,10 @@ impl Endpoint {
         }
         out.extend_from_slice(payload);
 
-        if let Some(candidate) = self.selector.explore() {
+        let earned = self.selector.sample_credit_ns(msg.len());
+        self.sample_credit_ns = (self.sample_credit_ns + earned)
+            .min(self.sample_ns as f64 + MAX_CREDIT_MESSAGES * earned);
+        if let Some((candidate, cost_per_byte)) = self.selector.explore() {
             let t = self.selector.tuning();
             let share = if self.selector.in_burst() {
                 t.burst_share
@@ -550,9 +659,13 @@ impl Endpoint {
             let elapsed = self.epoch.elapsed().as_nanos() as f64;
             // One sample in flight at a time: the share check then sees the
             // cost of every sample it allowed before allowing the next.
+            // The sample's expected cost must fit in the credit: the sampler
+            // never spends more than a share of what compression could save.
+            let expected = cost_per_byte * msg.len() as f64;
             if self.samples_in_flight == 0
                 && self.budget_left()
                 && (self.sample_ns as f64) <= share * elapsed
+                && self.sample_ns as f64 + expected <= self.sample_credit_ns
             {
                 if let Some(codec) = self.registry.get(candidate).cloned() {
                     match self.config.sampling {
@@ -672,10 +785,18 @@ impl Endpoint {
                 if let Some(pos) = self.pending_probes.iter().position(|(s, _)| *s == r.seq) {
                     let (_, pad) = self.pending_probes.remove(pos).expect("position is valid");
                     let rtt = now.saturating_sub(r.echoed_sent_ns);
-                    if pad == 0 {
+                    if r.seq < COLD_PROBES {
+                        // cold start: not a measurement of the link
+                    } else if pad == 0 {
                         self.learner.observe_rtt(rtt);
                     } else {
                         self.learner.observe_padded_rtt(rtt, pad as u32);
+                        self.probe_pad = self.learner.net.next_pad(
+                            self.probe_pad,
+                            self.config.probe_pad,
+                            MAX_PROBE_PAD.max(self.config.probe_pad),
+                            2 * self.config.probe_every.max(1),
+                        );
                     }
                     // Older probes were lost to nothing but reordering: forget them.
                     self.pending_probes
@@ -700,6 +821,9 @@ impl Endpoint {
             .iter()
             .map(|(c, n)| (self.registry.name_of(*c).to_string(), *n))
             .collect();
+        s.sample_ns = self.sample_ns;
+        s.probe_pad = self.probe_pad;
+        s.sample_credit_ns = self.sample_credit_ns;
         s.rtt_ns = self.learner.net.rtt_ns.get();
         s.link_ns_per_byte = self.learner.net.link_ns_per_byte();
         s.budget_ns = self.budget_ns;

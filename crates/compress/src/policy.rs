@@ -32,6 +32,7 @@
 use crate::codec::{CodecId, Registry};
 use crate::learn::Learner;
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
 use std::fmt;
 use std::str::FromStr;
 
@@ -105,6 +106,17 @@ pub struct AdaptiveTuning {
     /// Predicted lead over every other codec that makes the choice
     /// confident, so exploration backs off (0.25: 25% faster).
     pub confident_margin: f64,
+    /// Most of what compression could save that the sampler may spend: per
+    /// message sent, its credit grows by this fraction of the chosen codec's
+    /// own predicted cost (eq. 7.6 without RTT/2) — no other codec can save
+    /// more than that — and a sample runs only when its expected cost fits
+    /// in the credit left. Where nothing can be saved (loopback), nothing
+    /// is sampled.
+    pub gain_share: f64,
+    /// Messages per round while the policy is still learning (round 0 and
+    /// bursts), so the first choice is made after a few messages rather than
+    /// a whole round.
+    pub learning_round: u32,
 }
 
 impl Default for AdaptiveTuning {
@@ -116,6 +128,8 @@ impl Default for AdaptiveTuning {
             explore_share: 0.02,
             burst_share: 0.10,
             confident_margin: 0.25,
+            gain_share: 0.25,
+            learning_round: 5,
         }
     }
 }
@@ -128,12 +142,14 @@ impl Rng {
     pub fn new(seed: u64) -> Self {
         Rng(seed.max(1))
     }
-    pub fn next_f64(&mut self) -> f64 {
+    pub fn next_u64(&mut self) -> u64 {
         self.0 ^= self.0 >> 12;
         self.0 ^= self.0 << 25;
         self.0 ^= self.0 >> 27;
-        let v = self.0.wrapping_mul(0x2545_F491_4F6C_DD1D);
-        (v >> 11) as f64 / (1u64 << 53) as f64
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+    pub fn next_f64(&mut self) -> f64 {
+        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
     }
 }
 
@@ -152,8 +168,13 @@ pub struct Selector {
     tuning: AdaptiveTuning,
     explore_counter: u32,
     explore_cursor: usize,
-    /// Candidates and how often they are visited (1 = every cycle).
-    explore_list: Vec<(CodecId, u32)>,
+    /// Candidates, how often they are visited (1 = every cycle) and their
+    /// expected sample cost (ns per byte; measured, else the codec's hint).
+    explore_list: Vec<(CodecId, u32, f64)>,
+    /// Each codec's [`crate::Codec::cost_hint_ns_per_byte`].
+    hints: BTreeMap<CodecId, f64>,
+    /// Sampling credit earned per byte sent (see [`AdaptiveTuning::gain_share`]).
+    credit_ns_per_byte: f64,
     explore_visits: u64,
     burst: bool,
     /// No codec can beat `none` at the measured link cost.
@@ -199,7 +220,14 @@ impl Selector {
             burst: true,
             hopeless: false,
             backoff: 1,
+            hints: BTreeMap::new(),
+            credit_ns_per_byte: 0.0,
         };
+        s.hints = s
+            .codecs
+            .iter()
+            .filter_map(|&c| Some((c, registry.get(c)?.cost_hint_ns_per_byte())))
+            .collect();
         s.uniform();
         // Until the link is measured only the first compressing codec (the
         // cheapest by registry order: lz4) is sampled; the slow ones are
@@ -208,7 +236,7 @@ impl Selector {
             .compressing()
             .into_iter()
             .take(1)
-            .map(|c| (c, 1))
+            .map(|c| (c, 1, s.hints.get(&c).copied().unwrap_or(0.0)))
             .collect();
         s
     }
@@ -237,6 +265,18 @@ impl Selector {
     /// True while the adaptive policy samples every message.
     pub fn in_burst(&self) -> bool {
         self.burst
+    }
+
+    /// Sampling credit (ns) a message of `len` bytes earns (adaptive; 0 while
+    /// the link is unmeasured).
+    pub fn sample_credit_ns(&self, len: usize) -> f64 {
+        self.credit_ns_per_byte * len as f64
+    }
+
+    /// True while the adaptive policy is still learning: its rounds are
+    /// [`AdaptiveTuning::learning_round`] messages long.
+    pub fn learning(&self) -> bool {
+        self.kind == PolicyKind::Adaptive && self.burst
     }
 
     /// How many times less often than configured the adaptive policy samples
@@ -286,29 +326,12 @@ impl Selector {
                     .collect();
             }
             PolicyKind::Adaptive => {
-                let candidates = &self.codecs;
-                let best = learner.best(candidates, size);
-                let all_known = self
-                    .compressing()
-                    .iter()
-                    .all(|&c| learner.predict(c, size).is_some());
-                // When even a codec that compressed to nothing could not win
-                // (the cheapest known compression + decompression costs more
-                // than sending the whole message: loopback, fast links),
-                // sampling cannot change the choice. Codecs are measured
-                // cheapest first, so the slower unmeasured ones are not
-                // sampled in a burst then (a first lzma-6 or bzip2-9 sample
-                // costs a millisecond or more, mostly setting up its state).
-                let link = learner.net.link_ns_per_byte();
-                let cheapest = self
-                    .compressing()
-                    .iter()
-                    .filter_map(|c| {
-                        let e = learner.codecs.get(c)?;
-                        Some(e.compress_ns_per_byte.get()? + e.decompress_ns_per_byte()?)
-                    })
-                    .min_by(f64::total_cmp);
-                let cannot_win = matches!((link, cheapest), (Some(b), Some(c)) if c > b);
+                let best = learner.best(&self.codecs, size);
+                let half_rtt = learner.net.rtt_ns.get().unwrap_or(0.0) / 2.0;
+                let own = |c: CodecId| learner.predict(c, size).map(|t| (t - half_rtt).max(0.0));
+                // No codec can beat `none` at all (loopback, fast LANs): set
+                // below once the link is measured.
+                let mut cannot_win = false;
                 if let Some((best, t_best)) = best {
                     let t_chosen = learner.predict(self.chosen, size);
                     let switch = match t_chosen {
@@ -318,34 +341,70 @@ impl Selector {
                     if switch {
                         self.chosen = best;
                     }
-                    self.explore_list = self
+                    // The most any codec could save per message over the
+                    // chosen one is the chosen one's own cost: a codec whose
+                    // compression + decompression alone costs that much
+                    // cannot win, whatever its ratio, and is not sampled.
+                    let own_chosen = own(self.chosen).unwrap_or(0.0);
+                    self.credit_ns_per_byte = self.tuning.gain_share * own_chosen / size.max(1.0);
+                    let mut any_viable = false;
+                    let mut list: Vec<(CodecId, u32, f64, bool)> = self
                         .compressing()
                         .into_iter()
                         .filter(|&c| c != self.chosen)
-                        .map(|c| {
-                            let slow = match learner.predict(c, size) {
-                                Some(t) => t > 2.0 * t_best,
-                                None => cannot_win,
-                            };
-                            (c, if slow { 32 } else { 1 })
+                        .filter_map(|c| {
+                            let measured = learner.codecs.get(&c).and_then(|e| {
+                                Some(e.compress_ns_per_byte.get()? + e.decompress_ns_per_byte()?)
+                            });
+                            let cost = measured
+                                .unwrap_or_else(|| self.hints.get(&c).copied().unwrap_or(0.0));
+                            let viable = cost * size < own_chosen;
+                            any_viable |= viable;
+                            // Unmeasured codecs that cannot win by their hint
+                            // are skipped; measured ones stay in at the slow
+                            // rate, so a content change is still noticed.
+                            if measured.is_none() && !viable {
+                                return None;
+                            }
+                            let slow = !viable
+                                || learner.predict(c, size).is_some_and(|t| t > 2.0 * t_best);
+                            Some((c, if slow { 32 } else { 1 }, cost, measured.is_some()))
                         })
                         .collect();
+                    // Unmeasured codecs first, cheapest first, so a burst
+                    // measures the cheap ones before it spends its credit on
+                    // an expensive one; the cursor restarts every round.
+                    list.sort_by(|a, b| a.3.cmp(&b.3).then(a.2.total_cmp(&b.2)));
+                    self.explore_list = list.into_iter().map(|(c, e, k, _)| (c, e, k)).collect();
+                    self.explore_cursor = 0;
+                    cannot_win = self.chosen == CodecId::NONE && !any_viable;
+                } else {
+                    self.credit_ns_per_byte = 0.0;
                 }
+                // Known enough: every codec still worth a sample has a
+                // prediction (those that cannot win are never measured).
+                let all_known = best.is_some()
+                    && self
+                        .explore_list
+                        .iter()
+                        .all(|&(c, _, _)| learner.predict(c, size).is_some());
                 self.burst = content_changed || (!all_known && !cannot_win);
                 self.hopeless = !self.burst && cannot_win;
                 // Confidence: the chosen codec's prediction beats every other
                 // codec's (none included) by the margin.
                 // RTT/2 is common to every codec and left out: on a long
                 // link it would make every choice look like a close race.
-                let half_rtt = learner.net.rtt_ns.get().unwrap_or(0.0) / 2.0;
-                let own = |c: CodecId| learner.predict(c, size).map(|t| (t - half_rtt).max(0.0));
                 let margin = 1.0 + self.tuning.confident_margin;
                 let confident = !self.burst
                     && own(self.chosen).is_some_and(|t_chosen| {
                         self.codecs
                             .iter()
                             .filter(|&&c| c != self.chosen)
-                            .all(|&c| own(c).is_some_and(|t| t_chosen * margin < t))
+                            .all(|&c| match own(c) {
+                                Some(t) => t_chosen * margin < t,
+                                // Unmeasured: confident only if it cannot win.
+                                None => !self.explore_list.iter().any(|e| e.0 == c),
+                            })
                     });
                 // Hopelessness depends on the link and the codecs' speed, not
                 // on the content, so only then may sampling all but stop;
@@ -390,8 +449,8 @@ impl Selector {
     }
 
     /// Adaptive only: the candidate to sample off the send path with this
-    /// message, if any.
-    pub fn explore(&mut self) -> Option<CodecId> {
+    /// message, if any, and its expected cost per byte (ns).
+    pub fn explore(&mut self) -> Option<(CodecId, f64)> {
         if self.kind != PolicyKind::Adaptive || self.explore_list.is_empty() {
             return None;
         }
@@ -408,9 +467,9 @@ impl Selector {
             if i == 0 {
                 self.explore_visits += 1;
             }
-            let (c, every) = self.explore_list[i];
+            let (c, every, cost) = self.explore_list[i];
             if self.burst || self.explore_visits % u64::from(every) == 0 {
-                return Some(c);
+                return Some((c, cost));
             }
         }
         None

@@ -33,6 +33,171 @@ pub enum CpuAggregate {
     Mean,
     /// The busiest CPU.
     Max,
+    /// Mean over the CPUs this process may run on (its affinity mask, read
+    /// at every reading): for a relay pinned to some CPUs of a shared node,
+    /// the load it competes with, not the whole node's.
+    Affinity,
+    /// Not a combination of per-CPU values: the CPU use of this process's
+    /// cgroup as a share of the cgroup's CPU limit (all online CPUs when
+    /// unlimited), from [`CgroupLoad`]. For a relay that
+    /// shares a CPU quota with the applications it serves (a container, a
+    /// systemd slice), the quota is the capacity to protect.
+    Cgroup,
+}
+
+impl CpuAggregate {
+    /// The `/proc` (or cgroup) source for this choice, read at most every 200 ms.
+    pub fn source(self) -> Box<dyn CpuLoad> {
+        match self {
+            CpuAggregate::Cgroup => Box::new(CgroupLoad::own(Duration::from_millis(200))),
+            other => Box::new(ProcStatLoad::with_aggregate(other)),
+        }
+    }
+}
+
+/// CPU use of a cgroup against its CPU limit. cgroup v2: Δ`usage_usec` of
+/// `cpu.stat` over Δwall time × the limit in CPUs (`cpu.max` quota /
+/// period); cgroup v1: Δ`cpuacct.usage` (ns) and `cpu.cfs_quota_us` /
+/// `cpu.cfs_period_us`. Without a limit the capacity is the online CPUs.
+pub struct CgroupLoad {
+    /// The cumulative usage file and its unit in ns (1,000 for v2's µs).
+    usage: (PathBuf, f64),
+    limit: CgroupLimit,
+    min_interval: Duration,
+    last: Option<(Instant, u64)>,
+}
+
+enum CgroupLimit {
+    /// v2 `cpu.max`.
+    Max(PathBuf),
+    /// v1 `cpu.cfs_quota_us` and `cpu.cfs_period_us`.
+    Cfs(PathBuf, PathBuf),
+}
+
+impl CgroupLoad {
+    /// A cgroup v2 directory.
+    pub fn new(dir: impl Into<PathBuf>, min_interval: Duration) -> Self {
+        let dir = dir.into();
+        CgroupLoad {
+            usage: (dir.join("cpu.stat"), 1000.0),
+            limit: CgroupLimit::Max(dir.join("cpu.max")),
+            min_interval,
+            last: None,
+        }
+    }
+
+    /// A cgroup v1 pair: the `cpuacct` and the `cpu` controller directories.
+    pub fn new_v1(
+        cpuacct_dir: impl Into<PathBuf>,
+        cpu_dir: impl Into<PathBuf>,
+        min_interval: Duration,
+    ) -> Self {
+        let cpu = cpu_dir.into();
+        CgroupLoad {
+            usage: (cpuacct_dir.into().join("cpuacct.usage"), 1.0),
+            limit: CgroupLimit::Cfs(cpu.join("cpu.cfs_quota_us"), cpu.join("cpu.cfs_period_us")),
+            min_interval,
+            last: None,
+        }
+    }
+
+    /// This process's cgroup, from `/proc/self/cgroup`: the v1 `cpuacct` and
+    /// `cpu` hierarchies where they are mounted, else the unified (v2) one.
+    pub fn own(min_interval: Duration) -> Self {
+        let text = std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
+        let path_of = |controller: &str| {
+            text.lines().find_map(|l| {
+                let mut f = l.splitn(3, ':');
+                let (_, names, path) = (f.next()?, f.next()?, f.next()?);
+                names
+                    .split(',')
+                    .any(|n| n == controller)
+                    .then(|| path.trim().trim_start_matches('/').to_string())
+            })
+        };
+        let root = PathBuf::from("/sys/fs/cgroup");
+        if let (Some(acct), Some(cpu)) = (path_of("cpuacct"), path_of("cpu")) {
+            let (acct_dir, cpu_dir) = (root.join("cpuacct").join(acct), root.join("cpu").join(cpu));
+            if acct_dir.join("cpuacct.usage").exists() {
+                return CgroupLoad::new_v1(acct_dir, cpu_dir, min_interval);
+            }
+        }
+        let unified = text
+            .lines()
+            .find_map(|l| l.strip_prefix("0::").map(|p| p.trim().trim_start_matches('/').to_string()))
+            .unwrap_or_default();
+        CgroupLoad::new(root.join(unified), min_interval)
+    }
+
+    /// CPU the cgroup used so far (ns).
+    fn usage_ns(&self) -> Option<u64> {
+        let text = std::fs::read_to_string(&self.usage.0).ok()?;
+        let v: f64 = if self.usage.1 == 1.0 {
+            text.trim().parse().ok()?
+        } else {
+            text.lines()
+                .find_map(|l| l.strip_prefix("usage_usec "))
+                .and_then(|v| v.trim().parse().ok())?
+        };
+        Some((v * self.usage.1) as u64)
+    }
+
+    /// The cgroup's CPU limit in CPUs.
+    fn capacity(&self) -> Option<f64> {
+        let online = std::thread::available_parallelism()
+            .map(|n| n.get() as f64)
+            .ok();
+        let read = |p: &PathBuf| std::fs::read_to_string(p).ok();
+        let limited = match &self.limit {
+            CgroupLimit::Max(p) => read(p).and_then(|t| {
+                let mut f = t.split_whitespace();
+                let q: f64 = f.next()?.parse().ok()?; // "max" does not parse
+                let period: f64 = f.next()?.parse().ok()?;
+                (period > 0.0).then(|| q / period)
+            }),
+            CgroupLimit::Cfs(q, p) => {
+                let q: f64 = read(q)?.trim().parse().ok()?;
+                let p: f64 = read(p)?.trim().parse().ok()?;
+                (q > 0.0 && p > 0.0).then(|| q / p) // -1: unlimited
+            }
+        };
+        limited.or(online)
+    }
+}
+
+impl CpuLoad for CgroupLoad {
+    fn utilization(&mut self) -> Option<f64> {
+        let now = Instant::now();
+        if let Some((t, _)) = &self.last {
+            if now.duration_since(*t) < self.min_interval {
+                return None;
+            }
+        }
+        let usage = self.usage_ns()?;
+        let (t0, u0) = self.last.replace((now, usage))?;
+        let wall_ns = now.duration_since(t0).as_secs_f64() * 1e9;
+        let cap = self.capacity()?;
+        (wall_ns > 0.0 && cap > 0.0)
+            .then(|| (usage.saturating_sub(u0) as f64 / (wall_ns * cap)).clamp(0.0, 1.0))
+    }
+}
+
+/// The CPUs this process may run on (`sched_getaffinity`), or `None` when
+/// the call fails.
+pub fn affinity_cpus() -> Option<std::collections::BTreeSet<u32>> {
+    // SAFETY: cpu_set_t is plain data; sched_getaffinity fills the set we own.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        if libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) != 0 {
+            return None;
+        }
+        Some(
+            (0..libc::CPU_SETSIZE as usize)
+                .filter(|&c| libc::CPU_ISSET(c, &set))
+                .map(|c| c as u32)
+                .collect(),
+        )
+    }
 }
 
 /// Utilization from `/proc/stat` per-CPU deltas.
@@ -61,7 +226,12 @@ impl ProcStatLoad {
 
     /// `/proc`, mean over CPUs, 200 ms.
     pub fn system() -> Self {
-        ProcStatLoad::new("/proc", CpuAggregate::Mean, Duration::from_millis(200))
+        ProcStatLoad::with_aggregate(CpuAggregate::Mean)
+    }
+
+    /// `/proc`, 200 ms, combined with `aggregate`.
+    pub fn with_aggregate(aggregate: CpuAggregate) -> Self {
+        ProcStatLoad::new("/proc", aggregate, Duration::from_millis(200))
     }
 
     fn read(&self) -> Option<BTreeMap<u32, CpuTimes>> {
@@ -102,7 +272,19 @@ impl CpuLoad for ProcStatLoad {
         }
         Some(match self.aggregate {
             CpuAggregate::Mean => u.values().sum::<f64>() / u.len() as f64,
-            CpuAggregate::Max => u.values().copied().fold(0.0, f64::max),
+            CpuAggregate::Max | CpuAggregate::Cgroup => u.values().copied().fold(0.0, f64::max),
+            CpuAggregate::Affinity => {
+                let mine = affinity_cpus()?;
+                let v: Vec<f64> = u
+                    .iter()
+                    .filter(|(c, _)| mine.contains(c))
+                    .map(|(_, v)| *v)
+                    .collect();
+                if v.is_empty() {
+                    return None;
+                }
+                v.iter().sum::<f64>() / v.len() as f64
+            }
         })
     }
 }
@@ -141,16 +323,25 @@ pub struct ThrottleConfig {
     pub kd: f64,
     /// Largest share of one CPU compression may get.
     pub max_share: f64,
+    /// Bound of the integral term (either sign), as a fraction of
+    /// `max_share`; [`Throttle::round_budget`] lowers it further to what
+    /// compression actually uses (anti-windup).
+    pub integral_limit: f64,
+    /// How per-CPU utilizations combine into the input (for the
+    /// `/proc/stat` source that [`crate::Endpoint::new`] creates).
+    pub cpu_aggregate: CpuAggregate,
 }
 
 impl Default for ThrottleConfig {
     fn default() -> Self {
         ThrottleConfig {
             target: 0.8,
-            kp: 0.5,
-            ki: 0.2,
+            kp: 0.1,
+            ki: 0.5,
             kd: 0.0,
             max_share: 1.0,
+            integral_limit: 1.0,
+            cpu_aggregate: CpuAggregate::Mean,
         }
     }
 }
@@ -162,13 +353,16 @@ pub struct Throttle {
     load: Box<dyn CpuLoad>,
     share: f64,
     last_util: Option<f64>,
+    /// Compression time spent and wall time since the last reading.
+    used_ns: u64,
+    wall_ns: u64,
 }
 
 impl Throttle {
     pub fn new(config: ThrottleConfig, load: Box<dyn CpuLoad>) -> Self {
         let mut pid = pid::Pid::new(config.target, config.max_share);
         pid.p(config.kp, config.max_share)
-            .i(config.ki, config.max_share)
+            .i(config.ki, config.integral_limit * config.max_share)
             .d(config.kd, config.max_share);
         Throttle {
             pid,
@@ -176,6 +370,8 @@ impl Throttle {
             load,
             share: 0.0,
             last_util: None,
+            used_ns: 0,
+            wall_ns: 0,
         }
     }
 
@@ -190,14 +386,38 @@ impl Throttle {
     }
 
     /// Updates the controller if a fresh utilization is available and returns
-    /// the budget (ns) for a round expected to last `round_wall_ns`.
-    pub fn round_budget_ns(&mut self, round_wall_ns: u64) -> u64 {
+    /// the budget (ns) for a round expected to last `round_wall_ns`; the
+    /// round that ended took `round_wall_ns` and compression used
+    /// `round_used_ns` of it.
+    ///
+    /// Anti-windup: the integral is bounded by what compression actually used
+    /// since the last reading (1.5 × that share + 0.05 of a CPU, at most
+    /// `integral_limit`). While compression cannot use its whole share (the
+    /// node is below the target whatever the share), the integral would
+    /// otherwise climb to its limit and take seconds to come down once
+    /// the load rises.
+    pub fn round_budget(&mut self, round_wall_ns: u64, round_used_ns: u64) -> u64 {
+        self.used_ns += round_used_ns;
+        self.wall_ns += round_wall_ns;
         if let Some(u) = self.load.utilization() {
             self.last_util = Some(u);
+            let used = self.used_ns as f64 / self.wall_ns.max(1) as f64;
+            self.used_ns = 0;
+            self.wall_ns = 0;
+            self.pid.i_limit = (1.5 * used + 0.05)
+                .min(self.config.integral_limit)
+                * self.config.max_share;
             let out = self.pid.next_control_output(u).output;
             self.share = out.clamp(0.0, self.config.max_share);
         }
         (self.share * round_wall_ns as f64) as u64
+    }
+
+    /// [`Throttle::round_budget`] for a caller that does not track use
+    /// (compression assumed to use its whole share).
+    pub fn round_budget_ns(&mut self, round_wall_ns: u64) -> u64 {
+        let used = (self.share * round_wall_ns as f64) as u64;
+        self.round_budget(round_wall_ns, used)
     }
 
     /// Current share of one CPU granted to compression.

@@ -1,0 +1,135 @@
+//! The `hwqos-loadgen` command line (clap definitions only), public so the
+//! packaging generator (`deploy/package`) can render its man page and shell
+//! completions.
+
+use clap::{Parser, Subcommand};
+use std::path::PathBuf;
+
+/// Capture a production node's hardware usage, synthesize it on a test node
+/// with feedback control, and replay it (thesis 6.2.1).
+#[derive(Parser, Debug)]
+#[command(name = "hwqos-loadgen", version)]
+pub struct Cli {
+    /// Configuration file (TOML: safety caps, I/O generator settings, agent model).
+    #[arg(long, global = true, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Per metric and CPU, the mean and time series of a monitor recording.
+    Capture {
+        /// A recording written by `hwqos record -a` or hwqos-monitor (JSON lines).
+        recording: PathBuf,
+        /// Output targets file (`hwqos.loadtargets/1`).
+        #[arg(short = 'o', long = "output", value_name = "FILE")]
+        output: PathBuf,
+        /// The production node's hardware model (`hwqos probe` output); default: this node's.
+        #[arg(long = "hardware-model", value_name = "FILE")]
+        hardware_model: Option<PathBuf>,
+        /// Only these metrics (repeatable; e.g. cpu_util, page_fault_rate).
+        #[arg(long = "metric", value_name = "NAME")]
+        metrics: Vec<String>,
+        /// Only these CPUs (repeatable).
+        #[arg(long = "cpu", value_name = "N")]
+        cpus: Vec<u32>,
+        /// Sum the recording's process scopes and take them as CPU N's load
+        /// (a recording of processes pinned to CPU N, `hwqos record -p PID`).
+        #[arg(long = "processes-as-cpu", value_name = "N")]
+        processes_as_cpu: Option<u32>,
+    },
+    /// Write a targets file by hand: `METRIC@CPU=VALUE` (e.g. cpu_util@1=0.35).
+    Targets {
+        #[arg(required = true, value_name = "METRIC@CPU=VALUE")]
+        targets: Vec<String>,
+        #[arg(short = 'o', long = "output", value_name = "FILE")]
+        output: PathBuf,
+    },
+    /// Run the closed loop until the targets are met; store the knobs as a model.
+    Synthesize {
+        /// Targets file (`hwqos.loadtargets/1`).
+        targets: PathBuf,
+        /// Output model (`hwqos.loadmodel/1`).
+        #[arg(short = 'o', long = "output", value_name = "FILE")]
+        output: PathBuf,
+        #[command(flatten)]
+        loop_args: LoopArgs,
+    },
+    /// Open-loop replay of a model's knobs.
+    Replay {
+        /// Model file (`hwqos.loadmodel/1`).
+        model: PathBuf,
+        /// Seconds to run (default: until SIGINT/SIGTERM).
+        #[arg(long, value_name = "SECS")]
+        duration: Option<f64>,
+        /// Measure and report the deviation per metric.
+        #[arg(long)]
+        verify: bool,
+        /// Replay the recorded time series, not just the mean.
+        #[arg(long)]
+        dynamic: bool,
+        /// Replay a model made on a different CPU model anyway.
+        #[arg(long)]
+        force: bool,
+        /// Print the deviations as JSON.
+        #[arg(long)]
+        json: bool,
+        /// Measurement period in milliseconds (with --verify).
+        #[arg(long, default_value_t = 250, value_name = "MS")]
+        period_ms: u64,
+        /// Measure only these processes (comma-separated PIDs, `self` for this
+        /// one) instead of everything on the CPU; see `synthesize --help`.
+        #[arg(long, value_name = "PIDS")]
+        measure_processes: Option<String>,
+    },
+    /// Agent mode (systemd): replay the configured model until SIGTERM.
+    Run {
+        /// Model file (default: `[run] model` of the configuration).
+        model: Option<PathBuf>,
+        /// Replay the recorded time series.
+        #[arg(long)]
+        dynamic: bool,
+    },
+    /// Check the configuration and exit (0: valid, 2: invalid).
+    CheckConfig,
+    /// (internal) Read with the data-cache generator for an external cache
+    /// model: `--level SIZE,WAYS,LINE` per level, shallowest first.
+    #[command(hide = true)]
+    GenDcache {
+        #[arg(long = "level", required = true, value_name = "SIZE,WAYS,LINE")]
+        levels: Vec<String>,
+        /// Miss ratio per level (misses per access at that level), comma-separated.
+        #[arg(long, value_name = "R1,R2,..")]
+        ratios: String,
+        #[arg(long, default_value_t = 20_000_000)]
+        reads: u64,
+    },
+}
+
+/// Closed-loop settings.
+#[derive(clap::Args, Debug, Clone)]
+pub struct LoopArgs {
+    /// Measurement period in milliseconds.
+    #[arg(long, default_value_t = 250, value_name = "MS")]
+    pub period_ms: u64,
+    /// Give up after this many seconds (exit 1).
+    #[arg(long, default_value_t = 120.0, value_name = "SECS")]
+    pub timeout: f64,
+    /// Consecutive samples within tolerance that count as converged.
+    #[arg(long, default_value_t = 8, value_name = "N")]
+    pub needed: u32,
+    /// Samples after convergence over which the stored knobs are averaged.
+    #[arg(long, default_value_t = 12, value_name = "N")]
+    pub hold: u32,
+    /// Measure through a running hwqos-monitor's API socket instead of in-process counters.
+    #[arg(long, value_name = "SOCKET")]
+    pub monitor_socket: Option<PathBuf>,
+    /// Measure only these processes (comma-separated PIDs, `self` for this
+    /// one) instead of everything on the CPU: on a shared node, list this
+    /// process and the background load to top up; other tenants then do not
+    /// count. All targets must be on one CPU.
+    #[arg(long, value_name = "PIDS")]
+    pub measure_processes: Option<String>,
+}

@@ -1,0 +1,568 @@
+//! hwqos-loadgen: the thin command layer over [`hwqos_loadsynth`] — parsing,
+//! progress bars, signals, systemd notification and exit codes.
+//!
+//! - [`cli`]: the clap definitions (public for man pages and completions);
+//! - [`AgentConfig`]: the TOML configuration (safety caps, I/O settings, model);
+//! - [`run`]: executes one command.
+
+pub mod cli;
+
+use cli::{Cli, Command, LoopArgs};
+use hwqos_loadsynth::actuate::{Actuators, CacheLevels};
+use hwqos_loadsynth::config::{LoadConfig, SafetyCaps};
+use hwqos_loadsynth::control::PairStatus;
+use hwqos_loadsynth::gen::dcache;
+use hwqos_loadsynth::gen::io::IoSettings;
+use hwqos_loadsynth::knob::StopFlag;
+use hwqos_loadsynth::model::LoadModel;
+use hwqos_loadsynth::source::{LocalSource, MeasureOn, Measurement, MetricSource, MonitorSource};
+use hwqos_loadsynth::synth::{self, SynthOptions};
+use hwqos_loadsynth::targets::{self, LoadTargets, Target};
+use hwqos_loadsynth::{LoadError, LoadMetric};
+use hwqos_topology::HardwareModel;
+use indicatif::{MultiProgress, ProgressBar, ProgressStyle};
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+/// `[run]`: what the agent replays.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RunSection {
+    pub model: Option<PathBuf>,
+    pub dynamic: bool,
+    /// Replay a model made on a different CPU model anyway.
+    pub force: bool,
+}
+
+/// The agent's configuration file.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct AgentConfig {
+    pub caps: SafetyCaps,
+    pub io: IoSettings,
+    pub tlb_huge_pages: bool,
+    pub run: RunSection,
+}
+
+impl AgentConfig {
+    /// Reads and validates a TOML configuration.
+    pub fn load(path: &Path) -> Result<AgentConfig, String> {
+        let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+        let c: AgentConfig = toml::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+        c.caps
+            .validate()
+            .map_err(|e| format!("{}: {e}", path.display()))?;
+        Ok(c)
+    }
+
+    pub fn load_config(&self) -> LoadConfig {
+        LoadConfig {
+            caps: self.caps.clone(),
+            io: self.io.clone(),
+            tlb_huge_pages: self.tlb_huge_pages,
+        }
+    }
+}
+
+/// A failure and its exit code.
+struct Failure(u8, String);
+
+impl From<LoadError> for Failure {
+    fn from(e: LoadError) -> Failure {
+        let code = match &e {
+            LoadError::BadFile { .. }
+            | LoadError::WrongNode(_)
+            | LoadError::Unsupported(_)
+            | LoadError::Cap(_)
+            | LoadError::Config(_) => 2,
+            _ => 1,
+        };
+        Failure(code, e.to_string())
+    }
+}
+
+fn usage(msg: impl Into<String>) -> Failure {
+    Failure(2, msg.into())
+}
+
+static SIGNALLED: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_signal(_: libc_int) {
+    SIGNALLED.store(true, Ordering::SeqCst);
+}
+#[allow(non_camel_case_types)]
+type libc_int = std::os::raw::c_int;
+
+/// Installs SIGTERM/SIGINT handlers that set `stop` (a watcher thread polls
+/// every 5 ms, so generators see it within their ~10 ms slice).
+fn stop_on_signals(stop: &StopFlag) {
+    use nix::sys::signal::{sigaction, SaFlags, SigAction, SigHandler, SigSet, Signal};
+    let action = SigAction::new(SigHandler::Handler(on_signal), SaFlags::empty(), SigSet::empty());
+    for s in [Signal::SIGTERM, Signal::SIGINT] {
+        // SAFETY: the handler only stores to an atomic (async-signal-safe).
+        let _ = unsafe { sigaction(s, &action) };
+    }
+    let stop = stop.clone();
+    std::thread::spawn(move || loop {
+        if SIGNALLED.load(Ordering::SeqCst) {
+            stop.stop();
+            return;
+        }
+        if stop.is_stopped() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    });
+}
+
+/// A source that ends with an error once stopped.
+struct Stoppable<'a> {
+    inner: Box<dyn MetricSource + 'a>,
+    stop: StopFlag,
+}
+
+impl MetricSource for Stoppable<'_> {
+    fn next(&mut self) -> Result<Measurement, LoadError> {
+        if self.stop.is_stopped() {
+            return Err(LoadError::Measure("stopped by signal".into()));
+        }
+        self.inner.next()
+    }
+}
+
+/// Parses `--measure-processes` (`self` is this process).
+fn measure_on(list: Option<&str>) -> Result<MeasureOn, Failure> {
+    let Some(list) = list else {
+        return Ok(MeasureOn::WholeCpu);
+    };
+    let pids = list
+        .split(',')
+        .map(|p| match p.trim() {
+            "self" => Ok(std::process::id()),
+            p => p
+                .parse::<u32>()
+                .ok()
+                .filter(|n| *n > 0)
+                .ok_or_else(|| usage(format!("--measure-processes: `{p}` is not a PID or `self`"))),
+        })
+        .collect::<Result<Vec<u32>, Failure>>()?;
+    Ok(MeasureOn::Processes(pids))
+}
+
+fn open_source(
+    wanted: &[(LoadMetric, u32)],
+    period: Duration,
+    monitor: Option<&Path>,
+    on: MeasureOn,
+) -> Result<Box<dyn MetricSource>, LoadError> {
+    Ok(match monitor {
+        Some(sock) => Box::new(MonitorSource::connect(sock, wanted)?),
+        None => Box::new(LocalSource::measuring(wanted, period, on)?),
+    })
+}
+
+fn fmt_value(m: LoadMetric, v: f64) -> String {
+    match m {
+        LoadMetric::CpuUtil => format!("{:.2}%", v * 100.0),
+        m if m.max_value().is_some() => format!("{v:.4}"),
+        _ => format!("{v:.1}"),
+    }
+}
+
+/// One progress bar per pair (hidden when stderr is not a terminal).
+struct Bars {
+    _multi: MultiProgress,
+    bars: Vec<ProgressBar>,
+}
+
+impl Bars {
+    fn new(n: usize, total: u64) -> Bars {
+        let multi = MultiProgress::new();
+        let style = ProgressStyle::with_template("{prefix:>24} [{bar:30}] {msg}")
+            .expect("static template")
+            .progress_chars("=> ");
+        let bars = (0..n)
+            .map(|_| {
+                let b = multi.add(ProgressBar::new(total));
+                b.set_style(style.clone());
+                b
+            })
+            .collect();
+        Bars { _multi: multi, bars }
+    }
+
+    fn update(&self, status: &[PairStatus], pos: u64) {
+        for (b, s) in self.bars.iter().zip(status) {
+            b.set_prefix(format!("{}@{}", s.metric, s.cpu));
+            b.set_position(pos);
+            let err = s.measured.map(|m| {
+                if s.target != 0.0 {
+                    format!("{:+.1}%", 100.0 * (m - s.target) / s.target)
+                } else {
+                    format!("{:+.4}", m - s.target)
+                }
+            });
+            b.set_message(format!(
+                "target {} measured {} error {} knob {:.4}{}",
+                fmt_value(s.metric, s.target),
+                s.measured.map_or("-".into(), |m| fmt_value(s.metric, m)),
+                err.unwrap_or_else(|| "-".into()),
+                s.knob,
+                if s.within { " ✓" } else { "" }
+            ));
+        }
+    }
+
+    fn finish(&self) {
+        for b in &self.bars {
+            b.finish();
+        }
+    }
+}
+
+fn parse_target(s: &str) -> Result<Target, String> {
+    let (lhs, value) = s
+        .split_once('=')
+        .ok_or_else(|| format!("`{s}`: expected METRIC@CPU=VALUE"))?;
+    let (metric, cpu) = lhs
+        .split_once('@')
+        .ok_or_else(|| format!("`{s}`: expected METRIC@CPU=VALUE"))?;
+    let metric: LoadMetric = metric.parse()?;
+    let cpu: u32 = cpu.parse().map_err(|_| format!("`{s}`: bad CPU `{cpu}`"))?;
+    let mean: f64 = value
+        .parse()
+        .map_err(|_| format!("`{s}`: bad value `{value}`"))?;
+    metric.validate(mean)?;
+    Ok(Target {
+        metric,
+        cpu,
+        mean,
+        stddev: 0.0,
+        series: Vec::new(),
+    })
+}
+
+fn this_node() -> Result<HardwareModel, Failure> {
+    HardwareModel::this_node().map_err(|e| Failure(1, format!("reading this node's hardware model: {e}")))
+}
+
+/// Executes one command; returns the process exit code.
+pub fn run(cli: Cli) -> ExitCode {
+    let config = match &cli.config {
+        Some(p) => match AgentConfig::load(p) {
+            Ok(c) => c,
+            Err(e) => {
+                eprintln!("hwqos-loadgen: {e}");
+                return ExitCode::from(2);
+            }
+        },
+        None => AgentConfig::default(),
+    };
+    match execute(cli.command, &config, cli.config.as_deref()) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(Failure(code, msg)) => {
+            eprintln!("hwqos-loadgen: {msg}");
+            ExitCode::from(code)
+        }
+    }
+}
+
+fn execute(cmd: Command, config: &AgentConfig, config_path: Option<&Path>) -> Result<(), Failure> {
+    let cfg = config.load_config();
+    match cmd {
+        Command::CheckConfig => {
+            println!(
+                "{}: ok",
+                config_path.map_or("(default configuration)".into(), |p| p.display().to_string())
+            );
+            Ok(())
+        }
+        Command::Capture {
+            recording,
+            output,
+            hardware_model,
+            metrics,
+            cpus,
+            processes_as_cpu,
+        } => {
+            let rec = hwqos_core::recording::read_recording(&recording)
+                .map_err(|e| usage(format!("{}: {e}", recording.display())))?;
+            let hw = match hardware_model {
+                Some(p) => HardwareModel::load(&p).map_err(|e| usage(format!("{}: {e}", p.display())))?,
+                None => this_node()?,
+            };
+            let metrics: Vec<LoadMetric> = metrics
+                .iter()
+                .map(|m| m.parse::<LoadMetric>())
+                .collect::<Result<_, _>>()
+                .map_err(usage)?;
+            let mut t = targets::capture(
+                &rec,
+                &recording.display().to_string(),
+                Some(hw),
+                processes_as_cpu,
+            )?;
+            t.filter(&metrics, (!cpus.is_empty()).then_some(&cpus[..]));
+            if t.targets.is_empty() {
+                return Err(usage("no targets left after --metric/--cpu"));
+            }
+            for x in &t.targets {
+                println!(
+                    "{:>22}@{:<3} mean {} (sd {}, {} samples)",
+                    x.metric.name(),
+                    x.cpu,
+                    fmt_value(x.metric, x.mean),
+                    fmt_value(x.metric, x.stddev),
+                    x.series.len()
+                );
+            }
+            t.save(&output)?;
+            Ok(())
+        }
+        Command::Targets { targets, output } => {
+            let list: Vec<Target> = targets
+                .iter()
+                .map(|s| parse_target(s))
+                .collect::<Result<_, _>>()
+                .map_err(usage)?;
+            let t = LoadTargets::new(list);
+            t.validate().map_err(usage)?;
+            t.save(&output)?;
+            Ok(())
+        }
+        Command::Synthesize {
+            targets,
+            output,
+            loop_args,
+        } => synthesize(&targets, &output, &loop_args, &cfg),
+        Command::Replay {
+            model,
+            duration,
+            verify,
+            dynamic,
+            force,
+            json,
+            period_ms,
+            measure_processes,
+        } => {
+            let on = measure_on(measure_processes.as_deref())?;
+            let opts = ReplayArgs { duration, verify, dynamic, force, json, period_ms, on };
+            replay(&model, &opts, &cfg, false)
+        }
+        Command::Run { model, dynamic } => {
+            let model = model
+                .or_else(|| config.run.model.clone())
+                .ok_or_else(|| usage("no model: give one or set [run] model in the configuration"))?;
+            let notify = sd_notify::notify;
+            let _ = notify(&[sd_notify::NotifyState::Status("loading model")]);
+            let opts = ReplayArgs {
+                duration: None,
+                verify: false,
+                dynamic: dynamic || config.run.dynamic,
+                force: config.run.force,
+                json: false,
+                period_ms: 250,
+                on: MeasureOn::WholeCpu,
+            };
+            replay(&model, &opts, &cfg, true)
+        }
+        Command::GenDcache {
+            levels,
+            ratios,
+            reads,
+        } => {
+            let geoms: Vec<dcache::Geometry> = levels
+                .iter()
+                .map(|l| dcache::Geometry::parse(l))
+                .collect::<Result<_, _>>()
+                .map_err(usage)?;
+            let ratios: Vec<f64> = ratios
+                .split(',')
+                .map(|r| r.trim().parse::<f64>().map_err(|_| format!("bad ratio `{r}`")))
+                .collect::<Result<_, _>>()
+                .map_err(usage)?;
+            let plan = dcache::Plan::new(&geoms).map_err(usage)?;
+            let f = plan.fractions_for(&ratios).map_err(usage)?;
+            let mut buf = dcache::Buffer::new(plan)
+                .map_err(|e| Failure(1, format!("mapping the buffer: {e}")))?;
+            let sum = buf.read(&f, reads);
+            println!("reads {reads} fractions {f:?} checksum {sum}");
+            Ok(())
+        }
+    }
+}
+
+fn synthesize(targets_path: &Path, output: &Path, a: &LoopArgs, cfg: &LoadConfig) -> Result<(), Failure> {
+    let t = LoadTargets::load(targets_path)?;
+    if t.targets.is_empty() {
+        return Err(usage(format!("{}: no targets", targets_path.display())));
+    }
+    let node = this_node()?;
+    if let Some(hw) = &t.hardware {
+        if hw.cpu_model != node.cpu_model {
+            tracing::warn!(
+                "the targets come from CPU `{}`, this node is `{}`: ratios transfer, rates may not be reachable",
+                hw.cpu_model.as_deref().unwrap_or("?"),
+                node.cpu_model.as_deref().unwrap_or("?")
+            );
+        }
+    }
+    let pairs: Vec<((LoadMetric, u32), f64)> = t
+        .targets
+        .iter()
+        .map(|x| ((x.metric, x.cpu), synth::initial_knob(&t, x.metric, x.cpu)))
+        .collect();
+    let wanted: Vec<(LoadMetric, u32)> = pairs.iter().map(|p| p.0).collect();
+    let period = Duration::from_millis(a.period_ms.max(10));
+    let on = measure_on(a.measure_processes.as_deref())?;
+    let source = open_source(&wanted, period, a.monitor_socket.as_deref(), on)?;
+    let mut act = synth::actuators_for(&pairs, &node.topology, cfg)?;
+    let stop = act.stop_flag();
+    stop_on_signals(&stop);
+    let mut src = Stoppable {
+        inner: source,
+        stop: stop.clone(),
+    };
+    let opts = SynthOptions {
+        period,
+        needed: a.needed.max(1),
+        timeout: Duration::from_secs_f64(a.timeout.max(0.1)),
+        hold: a.hold,
+    };
+    let total = (opts.timeout.as_secs_f64() / period.as_secs_f64()) as u64;
+    let bars = Bars::new(t.targets.len(), total);
+    let ranges = {
+        let r: std::collections::BTreeMap<(LoadMetric, u32), (f64, f64)> = wanted
+            .iter()
+            .filter_map(|k| act.range(k.0, k.1).map(|r| (*k, r)))
+            .collect();
+        move |m: LoadMetric, c: u32| r.get(&(m, c)).copied().unwrap_or((0.0, 1.0))
+    };
+    let result = synth::synthesize(
+        &t,
+        node,
+        &mut src,
+        &mut act,
+        &ranges,
+        &opts,
+        &mut |s, n| bars.update(s, n),
+    );
+    bars.finish();
+    let stopped = act.stop();
+    let model = result?;
+    stopped?;
+    println!(
+        "converged in {:.1} s ({} samples of {} ms)",
+        model.convergence_s, model.samples, a.period_ms
+    );
+    for e in &model.entries {
+        println!("{:>22}@{:<3} target {} knob {:.5}", e.metric.name(), e.cpu, fmt_value(e.metric, e.target), e.knob);
+    }
+    model.save(output)?;
+    Ok(())
+}
+
+struct ReplayArgs {
+    duration: Option<f64>,
+    verify: bool,
+    dynamic: bool,
+    force: bool,
+    json: bool,
+    period_ms: u64,
+    on: MeasureOn,
+}
+
+fn replay(model_path: &Path, a: &ReplayArgs, cfg: &LoadConfig, agent: bool) -> Result<(), Failure> {
+    let ReplayArgs { duration, verify, dynamic, force, json, period_ms, .. } = *a;
+    let model = LoadModel::load(model_path)?;
+    let node = this_node()?;
+    match model.check_node(&node) {
+        Ok(warnings) => {
+            for w in warnings {
+                tracing::warn!("this node differs from the model's: {w}");
+            }
+        }
+        Err(e) if force => tracing::warn!("{e} (replaying anyway: --force)"),
+        Err(e) => return Err(e.into()),
+    }
+    let pairs: Vec<((LoadMetric, u32), f64)> =
+        model.entries.iter().map(|e| ((e.metric, e.cpu), e.knob)).collect();
+    let wanted: Vec<(LoadMetric, u32)> = pairs.iter().map(|p| p.0).collect();
+    let cpu = wanted.first().map_or(0, |w| w.1);
+    let mut act = Actuators::start(&pairs, &CacheLevels::of(&node.topology, cpu), cfg)?;
+    let stop = act.stop_flag();
+    stop_on_signals(&stop);
+    let mut source = if verify {
+        Some(LocalSource::measuring(
+            &wanted,
+            Duration::from_millis(period_ms.max(10)),
+            a.on.clone(),
+        )?)
+    } else {
+        None
+    };
+    let watchdog = sd_notify::watchdog_enabled().filter(|d| !d.is_zero());
+    if agent {
+        let _ = sd_notify::notify(&[
+            sd_notify::NotifyState::Ready,
+            sd_notify::NotifyState::Status(&format!(
+                "replaying {} ({} pairs)",
+                model_path.display(),
+                model.entries.len()
+            )),
+        ]);
+    }
+    let mut last_ping = std::time::Instant::now();
+    let d = Duration::from_secs_f64(duration.unwrap_or(f64::MAX / 4.0).clamp(0.0, 1e12));
+    let bar = ProgressBar::new(duration.map_or(0, |d| d as u64));
+    let result = synth::replay(
+        &model,
+        &mut act,
+        source.as_mut().map(|s| s as &mut dyn MetricSource),
+        d,
+        dynamic,
+        2,
+        &mut |t, values| {
+            bar.set_position(t as u64);
+            let msg: Vec<String> = values
+                .iter()
+                .map(|((m, c), v)| format!("{m}@{c} {}", fmt_value(*m, *v)))
+                .collect();
+            bar.set_message(msg.join("  "));
+            if let Some(w) = watchdog {
+                if last_ping.elapsed() >= w / 2 {
+                    let _ = sd_notify::notify(&[sd_notify::NotifyState::Watchdog]);
+                    last_ping = std::time::Instant::now();
+                }
+            }
+        },
+    );
+    bar.finish_and_clear();
+    if agent {
+        let _ = sd_notify::notify(&[sd_notify::NotifyState::Stopping]);
+    }
+    let took = act.stop()?;
+    tracing::debug!("generators stopped in {took:?}");
+    let deviations = result?;
+    if verify {
+        if json {
+            println!("{}", serde_json::to_string_pretty(&deviations).expect("serializes"));
+        } else {
+            for d in &deviations {
+                println!(
+                    "{:>22}@{:<3} target {} measured {} deviation {:+.2}% ({} samples)",
+                    d.metric.name(),
+                    d.cpu,
+                    fmt_value(d.metric, d.target),
+                    fmt_value(d.metric, d.measured),
+                    d.relative * 100.0,
+                    d.samples
+                );
+            }
+        }
+    }
+    Ok(())
+}

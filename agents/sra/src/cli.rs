@@ -1,0 +1,196 @@
+//! The `hwqos-sra` command line (clap definitions only), public so the
+//! packaging generator (`deploy/package`) can render its man page and shell
+//! completions.
+
+use clap::{Args, Parser, Subcommand};
+use std::path::PathBuf;
+
+/// Shared-resource-aware process allocation and quota scheduling.
+#[derive(Parser, Debug)]
+#[command(name = "hwqos-sra", version)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Run the monitor → analyse → decide → apply loop every evaluation period.
+    Run {
+        /// Configuration file (TOML).
+        #[arg(long, default_value = "/etc/hwqos/sra.toml")]
+        config: PathBuf,
+        /// Validate the configuration and exit (0: valid, 2: invalid).
+        #[arg(long)]
+        check_config: bool,
+    },
+    /// Apply a contract (affinity + quotas) and enforce it until SIGTERM.
+    Apply(ApplyArgs),
+    /// Correlate resources with the application metric in a monitor recording
+    /// (table, and an SVG per process like thesis Fig. 8.11).
+    Analyse(AnalyseArgs),
+    /// Print the placement and its explanations for a sensitivity model on a
+    /// hardware model (this machine, or a sysfs/procfs fixture root).
+    Decide(DecideArgs),
+    /// Find a process's resource quota with a leech (thesis Listing 8.2).
+    FindLimit(FindLimitArgs),
+    /// Run a leech: cpu, memory, fpu or faults.
+    Leech(LeechArgs),
+    /// Thaw and SIGCONT everything the agent may have throttled (ExecStopPost).
+    Thaw {
+        /// The agent's state directory.
+        #[arg(long, default_value = "/run/hwqos-sra")]
+        state_dir: PathBuf,
+    },
+    /// Internal: the crash guardian (reads the agent's pipe on stdin).
+    #[command(hide = true, name = "__guardian")]
+    Guardian,
+}
+
+/// How quotas are enforced.
+#[derive(Args, Debug, Clone)]
+pub struct EnforceArgs {
+    /// auto (the SCHED_SRA class when /proc/sched_sra exists), userspace or sched_sra.
+    #[arg(long, default_value = "auto")]
+    pub backend: String,
+    /// Userspace backend: sigstop or freeze (cgroup v2 freezer).
+    #[arg(long, default_value = "sigstop")]
+    pub throttle: String,
+    /// Userspace backend: direct (the kernel stops the task at the overflow)
+    /// or agent (the overflow signal goes to the agent, which throttles).
+    #[arg(long, default_value = "direct")]
+    pub route: String,
+    /// SCHED_FIFO priority of the quota threads (0: none).
+    #[arg(long, default_value_t = 10)]
+    pub rt_priority: i32,
+    /// State directory (the list of throttled processes for `thaw`).
+    #[arg(long, default_value = "/run/hwqos-sra")]
+    pub state_dir: PathBuf,
+}
+
+#[derive(Args, Debug)]
+pub struct ApplyArgs {
+    /// The contract (hwqos.contract/1 JSON).
+    pub contract: PathBuf,
+    #[command(flatten)]
+    pub enforce: EnforceArgs,
+    /// Serve OpenMetrics on this address (e.g. 127.0.0.1:9466).
+    #[arg(long)]
+    pub metrics_listen: Option<String>,
+    /// Stop after this many seconds (default: until SIGTERM/SIGINT).
+    #[arg(long)]
+    pub duration_s: Option<f64>,
+    /// Write per-period usage of every enforced process (JSON lines) here on exit.
+    #[arg(long)]
+    pub history_out: Option<PathBuf>,
+}
+
+#[derive(Args, Debug)]
+pub struct AnalyseArgs {
+    /// A monitor recording (JSON lines).
+    pub recording: PathBuf,
+    /// The application metric x (an `app.*` metric in the recording).
+    #[arg(long)]
+    pub x: String,
+    /// Time-base step in milliseconds.
+    #[arg(long, default_value_t = 100)]
+    pub step_ms: u64,
+    /// Butterworth order.
+    #[arg(long, default_value_t = 4)]
+    pub order: usize,
+    /// Butterworth cutoff as a fraction of Nyquist (≥ 1: no filter).
+    #[arg(long, default_value_t = 0.2)]
+    pub cutoff: f64,
+    /// θ: |Corr| threshold for r̂.
+    #[arg(long, default_value_t = 0.5)]
+    pub threshold: f64,
+    /// Write one SVG per process into this directory.
+    #[arg(long)]
+    pub svg_dir: Option<PathBuf>,
+    /// Print JSON instead of tables.
+    #[arg(long)]
+    pub json: bool,
+    /// Add the results to this sensitivity model (atomic save).
+    #[arg(long)]
+    pub model: Option<PathBuf>,
+}
+
+#[derive(Args, Debug)]
+pub struct DecideArgs {
+    /// Sensitivity model (hwqos.sensitivity/1 JSON).
+    #[arg(long)]
+    pub model: PathBuf,
+    /// Root holding sys/ and proc/ of the hardware model (default: this machine).
+    #[arg(long, default_value = "/")]
+    pub topology_root: PathBuf,
+    /// Write the contract here (default: print it).
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+}
+
+#[derive(Args, Debug)]
+pub struct FindLimitArgs {
+    /// The victim process.
+    #[arg(long)]
+    pub pid: u32,
+    /// The resource r (an event name, e.g. sw.page_faults or L1-dcache-loads).
+    #[arg(long)]
+    pub event: String,
+    /// A command that prints the victim's current performance x (first number).
+    #[arg(long, num_args = 1.., allow_hyphen_values = true)]
+    pub x_command: Vec<String>,
+    /// Leech kind: cpu, memory, fpu or faults.
+    #[arg(long, default_value = "memory")]
+    pub leech: String,
+    /// CPU to run the leech on (default: the victim's first allowed CPU).
+    #[arg(long)]
+    pub leech_cpu: Option<u32>,
+    /// Memory leech working set in bytes.
+    #[arg(long, default_value_t = 64 << 20)]
+    pub working_set: usize,
+    /// Memory leech stride in bytes.
+    #[arg(long, default_value_t = 64)]
+    pub stride: usize,
+    /// ω: lowest acceptable fraction of x̄.
+    #[arg(long, default_value_t = 0.9)]
+    pub omega: f64,
+    /// Seconds to measure x̄ alone.
+    #[arg(long, default_value_t = 3.0)]
+    pub baseline_s: f64,
+    /// Seconds per ramp step.
+    #[arg(long, default_value_t = 1.0)]
+    pub step_s: f64,
+    /// Leech intensity added per step.
+    #[arg(long, default_value_t = 0.1)]
+    pub step: f64,
+    /// Quota period in milliseconds.
+    #[arg(long, default_value_t = 10.0)]
+    pub period_ms: f64,
+    /// Store the quota in this sensitivity model (under pid:PID).
+    #[arg(long)]
+    pub model: Option<PathBuf>,
+}
+
+#[derive(Args, Debug)]
+pub struct LeechArgs {
+    /// cpu, memory, fpu or faults.
+    pub kind: String,
+    /// Duty cycle in [0, 1].
+    #[arg(long, default_value_t = 1.0)]
+    pub duty: f64,
+    /// Working set in bytes (memory, faults).
+    #[arg(long, default_value_t = 64 << 20)]
+    pub working_set: usize,
+    /// Stride in bytes (memory).
+    #[arg(long, default_value_t = 64)]
+    pub stride: usize,
+    /// Pin the leech to this CPU.
+    #[arg(long)]
+    pub cpu: Option<u32>,
+    /// Threads.
+    #[arg(long, default_value_t = 1)]
+    pub threads: usize,
+    /// Stop after this many seconds (default: until SIGTERM/SIGINT).
+    #[arg(long)]
+    pub duration_s: Option<f64>,
+}

@@ -1,0 +1,223 @@
+//! `hwqos-sra` end to end: crash safety under `kill -9`, contracts with
+//! vanished pids / offline CPUs / unknown events, `decide` on a fixture
+//! topology, `analyse` on a recording with a planted correlation, `thaw`.
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+fn bin() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_hwqos-sra"))
+}
+
+fn stat_field(pid: u32, field: usize) -> Option<String> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let rest = &s[s.rfind(')')? + 2..];
+    // Fields after the comm: index 0 is the state (field 3 of stat(5)).
+    rest.split_whitespace().nth(field).map(str::to_string)
+}
+
+fn state(pid: u32) -> Option<char> {
+    stat_field(pid, 0)?.chars().next()
+}
+
+/// minflt, field 10 of stat(5).
+fn minor_faults(pid: u32) -> u64 {
+    stat_field(pid, 7).and_then(|v| v.parse().ok()).unwrap_or(0)
+}
+
+fn leech() -> Child {
+    Command::new(bin())
+        .args(["leech", "faults", "--working-set", "1048576"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap()
+}
+
+fn write_contract(dir: &Path, body: &str) -> PathBuf {
+    let p = dir.join("contract.json");
+    std::fs::write(&p, body).unwrap();
+    p
+}
+
+/// Polls `cond` every 10 ms, giving up (test failure) after `limit` polls so
+/// a broken build cannot hang the suite. Not a timing assertion.
+fn wait_for(what: &str, limit: u32, mut cond: impl FnMut() -> bool) {
+    for _ in 0..limit {
+        if cond() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    panic!("gave up waiting for {what}");
+}
+
+fn kill(c: &mut Child) {
+    let _ = c.kill();
+    let _ = c.wait();
+}
+
+#[test]
+fn kill_9_of_the_agent_leaves_nothing_stopped() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut victim = leech();
+    let pid = victim.id();
+    wait_for("the leech to fault", 1000, || minor_faults(pid) > 1000);
+    // 20 faults per 500 ms: the leech is stopped almost all the time.
+    let contract = write_contract(
+        dir.path(),
+        &format!(
+            r#"{{"schema":"hwqos.contract/1","entries":[{{"name":"victim","process":"pid:{pid}","period_us":500000,"quotas":{{"sw.page_faults":20}}}}]}}"#
+        ),
+    );
+    let mut agent = Command::new(bin())
+        .args(["apply", contract.to_str().unwrap(), "--state-dir"])
+        .arg(dir.path().join("state"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_for("the victim to be stopped", 2000, || state(pid) == Some('T'));
+    let throttled_faults = minor_faults(pid);
+    agent.kill().unwrap(); // SIGKILL
+    agent.wait().unwrap();
+    // Progress, not timing: the victim faults far beyond what its quota
+    // would have allowed (20 per 500 ms) once the guardian has thawed it.
+    wait_for("the victim to run again", 3000, || minor_faults(pid) > throttled_faults + 20_000);
+    assert_ne!(state(pid), Some('T'));
+    let mut err = String::new();
+    agent.stderr.take().unwrap().read_to_string(&mut err).unwrap();
+    kill(&mut victim);
+}
+
+#[test]
+fn bad_entries_are_skipped_with_a_reason_and_the_rest_applies() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut victim = leech();
+    let pid = victim.id();
+    let contract = write_contract(
+        dir.path(),
+        &format!(
+            r#"{{"schema":"hwqos.contract/1","entries":[
+              {{"name":"ok","process":"pid:{pid}","affinity":[0],"period_us":10000,"quotas":{{"sw.page_faults":100}}}},
+              {{"name":"bad-cpu","process":"pid:{pid}","affinity":[4095]}},
+              {{"name":"bad-event","process":"pid:{pid}","quotas":{{"hw.nonsense":3}}}},
+              {{"name":"gone","process":"pid:999999999"}}]}}"#
+        ),
+    );
+    let out = Command::new(bin())
+        .args(["apply", contract.to_str().unwrap(), "--duration-s", "1", "--state-dir"])
+        .arg(dir.path().join("state"))
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(err.contains("CPU 4095 is not online") && err.contains("entry=bad-cpu"), "{err}");
+    assert!(err.contains("hw.nonsense") && err.contains("entry=bad-event"), "{err}");
+    assert!(err.contains("no running process matches `pid:999999999`"), "{err}");
+    assert!(err.contains("pinned and verified"), "{err}");
+    assert!(err.contains("\"overflows\":"), "{err}");
+    // Released on exit: the victim runs and is not stopped.
+    assert_ne!(state(pid), Some('T'));
+    let cpus = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    assert!(cpus.lines().any(|l| l.starts_with("Cpus_allowed_list:") && l.trim_end().ends_with('0')), "{cpus}");
+    kill(&mut victim);
+
+    // Structural errors are fatal with status 2 and name the field.
+    let bad = write_contract(dir.path(), r#"{"schema":"hwqos.contract/1","entries":[{"name":"x","process":"pid:1","quotas":{"sw.page_faults":0}}]}"#);
+    let out = Command::new(bin()).args(["apply", bad.to_str().unwrap()]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("quota of `sw.page_faults` is zero"));
+}
+
+#[test]
+fn thaw_continues_processes_named_in_the_state_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut victim = Command::new("sleep").arg("30").spawn().unwrap();
+    let pid = victim.id();
+    unsafe { libc::kill(pid as i32, libc::SIGSTOP) };
+    wait_for("stop", 1000, || state(pid) == Some('T'));
+    std::fs::write(dir.path().join("enforced.json"), format!(r#"{{"pids":[{pid}],"cgroups":[]}}"#)).unwrap();
+    let out = Command::new(bin()).args(["thaw", "--state-dir"]).arg(dir.path()).output().unwrap();
+    assert!(out.status.success());
+    assert!(String::from_utf8_lossy(&out.stdout).contains("thawed 1 process"));
+    wait_for("continue", 1000, || state(pid) == Some('S'));
+    kill(&mut victim);
+}
+
+#[test]
+fn decide_on_the_thesis_machine() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = dir.path().join("model.json");
+    std::fs::write(
+        &model,
+        r#"{"schema":"hwqos.sensitivity/1","processes":[
+          {"process":"name:mem1","sensitive_to":[{"resource":"L1-dcache-load-misses","correlation":0.9}]},
+          {"process":"name:mem2","sensitive_to":[{"resource":"L1-dcache-load-misses","correlation":0.8}]},
+          {"process":"name:cpu1"},{"process":"name:cpu2"}]}"#,
+    )
+    .unwrap();
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../crates/topology/tests/fixtures/haswell-laptop");
+    let out_path = dir.path().join("contract.json");
+    let out = Command::new(bin())
+        .args(["decide", "--model"])
+        .arg(&model)
+        .arg("--topology-root")
+        .arg(&root)
+        .arg("--out")
+        .arg(&out_path)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(text.contains("name:mem1 → CPUs [0]") && text.contains("name:mem2 → CPUs [1]"), "{text}");
+    let c = hwqos_sched::contract::Contract::parse(&std::fs::read_to_string(&out_path).unwrap()).unwrap();
+    assert_eq!(c.entries.len(), 4);
+}
+
+#[test]
+fn analyse_finds_the_planted_resource_and_draws_it() {
+    use hwqos_core::recording::{CounterClass, RecordedBackend, RecordingHeader, RecordingWriter};
+    use hwqos_core::{Frame, MetricName, Sample, Scope, Timestamp};
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("rec.jsonl");
+    let header = RecordingHeader::new("test", Timestamp::default(), 10.0, RecordedBackend::Simulated, CounterClass::Software);
+    let mut w = RecordingWriter::new(std::fs::File::create(&path).unwrap(), &header).unwrap();
+    for i in 0..300u64 {
+        let t = Timestamp { mono_ns: i * 100_000_000, wall_ns: 0 };
+        let slow = (i as f64 * 0.05).sin();
+        let sample = |m: &str, v: f64| Sample {
+            time: t,
+            scope: Scope::Process { pid: 42 },
+            metric: MetricName::new(m).unwrap(),
+            value: v,
+            counter: None,
+        };
+        let frame = Frame {
+            seq: i,
+            time: t,
+            interval_ns: 100_000_000,
+            samples: vec![
+                sample("sw.page_faults", 1000.0 + 300.0 * slow),
+                sample("sw.context_switches", ((i * 7919) % 13) as f64),
+                sample("app.rate", 5e5 - 1e5 * slow),
+            ],
+            labels: vec![],
+        };
+        w.write_frame(&frame).unwrap();
+    }
+    w.finish().unwrap();
+    let svg = dir.path().join("svg");
+    let out = Command::new(bin())
+        .args(["analyse", path.to_str().unwrap(), "--x", "app.rate", "--svg-dir"])
+        .arg(&svg)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let first_row = text.lines().nth(2).unwrap();
+    assert!(first_row.starts_with("sw.page_faults") && first_row.contains("-1.000") && first_row.ends_with('*'), "{text}");
+    assert!(std::fs::read_to_string(svg.join("pid_42.svg")).unwrap().contains("Corr = "));
+}

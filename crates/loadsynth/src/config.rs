@@ -1,0 +1,74 @@
+//! Safety caps and generator settings, as read from the agent's TOML config
+//! (`deploy/config/loadgen.toml`). Every knob is clamped to its cap, and the
+//! generators' memory is checked against the memory cap before any starts.
+
+use crate::gen::io::IoSettings;
+use serde::{Deserialize, Serialize};
+
+/// Hard limits no model or controller can exceed.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SafetyCaps {
+    /// Memory all generators together may map and touch, in bytes.
+    pub max_memory_bytes: u64,
+    /// Highest duty cycle (busy share) of the CPU generator on any CPU, 0..=1.
+    pub max_cpu_share: f64,
+    /// Bytes the I/O generator may write in total over the whole run.
+    pub max_io_bytes: u64,
+    /// Highest I/O write rate, bytes per second.
+    pub max_io_rate: f64,
+    /// Highest page-fault rate per CPU, faults per second.
+    pub max_fault_rate: f64,
+    /// Highest context-switch rate per CPU, switches per second.
+    pub max_switch_rate: f64,
+    /// Highest memory-bandwidth rate per CPU, bytes per second.
+    pub max_mem_bandwidth: f64,
+}
+
+impl Default for SafetyCaps {
+    fn default() -> Self {
+        SafetyCaps {
+            max_memory_bytes: 512 << 20,
+            max_cpu_share: 0.95,
+            max_io_bytes: 1 << 30,
+            max_io_rate: 64.0 * 1024.0 * 1024.0,
+            max_fault_rate: 200_000.0,
+            max_switch_rate: 200_000.0,
+            max_mem_bandwidth: 4.0 * 1024.0 * 1024.0 * 1024.0,
+        }
+    }
+}
+
+impl SafetyCaps {
+    /// Rejects caps that make no sense (negative, NaN, a CPU share above 1).
+    pub fn validate(&self) -> Result<(), String> {
+        let rates = [
+            ("max_io_rate", self.max_io_rate),
+            ("max_fault_rate", self.max_fault_rate),
+            ("max_switch_rate", self.max_switch_rate),
+            ("max_mem_bandwidth", self.max_mem_bandwidth),
+        ];
+        for (name, v) in rates {
+            if !v.is_finite() || v < 0.0 {
+                return Err(format!("caps.{name} = {v}: must be a finite value ≥ 0"));
+            }
+        }
+        if !(0.0..=1.0).contains(&self.max_cpu_share) {
+            return Err(format!(
+                "caps.max_cpu_share = {}: must lie in 0..=1",
+                self.max_cpu_share
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Everything the generators need besides the model: caps and I/O settings.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, Default)]
+#[serde(default, deny_unknown_fields)]
+pub struct LoadConfig {
+    pub caps: SafetyCaps,
+    pub io: IoSettings,
+    /// Use 2 MiB transparent huge pages for the TLB generator.
+    pub tlb_huge_pages: bool,
+}

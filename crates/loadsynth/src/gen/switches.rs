@@ -1,0 +1,51 @@
+//! Context switches: two threads on the same CPU pass a byte back and forth
+//! through two pipes; each hand-over is one switch. The knob is switches per
+//! second; the partner thread is pinned to the same CPU and stopped with the
+//! generator.
+
+use super::{paced, pin_to_cpu, Context};
+use crate::knob::Knob;
+use std::fs::File;
+use std::io::{Read, Write};
+use std::os::fd::FromRawFd;
+
+fn pipe() -> std::io::Result<(File, File)> {
+    let mut fds = [0; 2];
+    // SAFETY: fds is a valid two-element out array.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: both descriptors are fresh and owned here.
+    Ok(unsafe { (File::from_raw_fd(fds[0]), File::from_raw_fd(fds[1])) })
+}
+
+/// Runs until stopped.
+pub fn run(ctx: &Context, rate: &Knob) -> std::io::Result<()> {
+    let (mut to_partner_r, mut to_partner_w) = pipe()?;
+    let (mut back_r, mut back_w) = pipe()?;
+    let cpu = ctx.cpu;
+    let partner = std::thread::Builder::new()
+        .name(format!("loadgen-ctxsw-{cpu}"))
+        .spawn(move || {
+            let _ = pin_to_cpu(cpu);
+            let mut b = [0u8; 1];
+            while to_partner_r.read_exact(&mut b).is_ok() && b[0] != 0 {
+                if back_w.write_all(&b).is_err() {
+                    break;
+                }
+            }
+        })?;
+    let mut b = [1u8; 1];
+    paced(&ctx.stop, || rate.get() / 2.0, |n| {
+        for _ in 0..n {
+            if to_partner_w.write_all(&[1]).is_err() || back_r.read_exact(&mut b).is_err() {
+                return;
+            }
+        }
+        ctx.done.add(2 * n);
+    });
+    let _ = to_partner_w.write_all(&[0]);
+    drop(to_partner_w);
+    let _ = partner.join();
+    Ok(())
+}

@@ -1,0 +1,113 @@
+//! Load models (`hwqos.loadmodel/1`): the knob values and controller states
+//! the closed loop converged to, the targets they reproduce (with series for
+//! dynamic replay) and the identity of the node they were made on (thesis
+//! 6.2.1 step 2).
+
+use crate::control::ControllerState;
+use crate::metric::LoadMetric;
+use crate::targets::read_checked;
+use crate::LoadError;
+use hwqos_topology::HardwareModel;
+use serde::{Deserialize, Serialize};
+use std::path::Path;
+
+pub const MODEL_SCHEMA: &str = "hwqos.loadmodel/1";
+
+/// One synthesized pair.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ModelEntry {
+    pub metric: LoadMetric,
+    pub cpu: u32,
+    pub target: f64,
+    /// The knob to replay (mean over the converged hold window).
+    pub knob: f64,
+    pub controller: ControllerState,
+    pub tolerance: (f64, f64),
+    /// The target's series `(seconds, value)` for `--dynamic` replay.
+    #[serde(default)]
+    pub series: Vec<(f64, f64)>,
+}
+
+/// A synthesized load model.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LoadModel {
+    pub schema: String,
+    pub created: String,
+    /// The node the knobs were found on.
+    pub node: HardwareModel,
+    /// Seconds the closed loop took to converge.
+    pub convergence_s: f64,
+    pub samples: u64,
+    pub period_s: f64,
+    pub entries: Vec<ModelEntry>,
+}
+
+impl LoadModel {
+    pub fn validate(&self) -> Result<(), String> {
+        if self.schema != MODEL_SCHEMA {
+            return Err(format!("schema `{}`, expected `{MODEL_SCHEMA}`", self.schema));
+        }
+        for e in &self.entries {
+            e.metric.validate(e.target).map_err(|m| format!("cpu {}: {m}", e.cpu))?;
+            if !e.knob.is_finite() || e.knob < e.controller.range.0 || e.knob > e.controller.range.1 {
+                return Err(format!(
+                    "{} on CPU {}: knob {} outside its range {:?}",
+                    e.metric, e.cpu, e.knob, e.controller.range
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    pub fn load(path: &Path) -> Result<LoadModel, LoadError> {
+        let value = read_checked(path, MODEL_SCHEMA)?;
+        let bad = |reason: String| LoadError::BadFile {
+            path: path.display().to_string(),
+            reason,
+        };
+        let m: LoadModel = serde_json::from_value(value).map_err(|e| bad(e.to_string()))?;
+        m.validate().map_err(bad)?;
+        Ok(m)
+    }
+
+    pub fn save(&self, path: &Path) -> Result<(), LoadError> {
+        let text = serde_json::to_string_pretty(self).expect("models serialize");
+        std::fs::write(path, text + "\n")
+            .map_err(|e| LoadError::Io(format!("writing {}", path.display()), e))
+    }
+
+    /// Checks the model fits `here`: a different CPU model or a different
+    /// cache geometry is an error (the knobs mean other things there); other
+    /// differences (kernel, sysctls, memory) are returned as warnings.
+    pub fn check_node(&self, here: &HardwareModel) -> Result<Vec<String>, LoadError> {
+        if self.node.cpu_model != here.cpu_model {
+            return Err(LoadError::WrongNode(format!(
+                "the model was made on CPU `{}` but this node has `{}`; synthesize a model here",
+                self.node.cpu_model.as_deref().unwrap_or("unknown"),
+                here.cpu_model.as_deref().unwrap_or("unknown")
+            )));
+        }
+        let geometry = |m: &HardwareModel| -> Vec<(Option<u8>, Option<u64>, Option<u32>, Option<u32>)> {
+            m.topology
+                .caches
+                .iter()
+                .map(|c| (c.level, c.size_bytes, c.ways, c.line_size))
+                .collect()
+        };
+        let mut gm = geometry(&self.node);
+        let mut gh = geometry(here);
+        gm.dedup();
+        gh.dedup();
+        if gm != gh {
+            return Err(LoadError::WrongNode(format!(
+                "the model's cache geometry {gm:?} differs from this node's {gh:?}"
+            )));
+        }
+        Ok(hwqos_topology::diff(&self.node, here, 0.1)
+            .into_iter()
+            .map(|d| format!("{}: model {} vs here {}", d.path, d.a, d.b))
+            .collect())
+    }
+}

@@ -1,0 +1,307 @@
+//! The workflow of thesis 6.2.1 on top of the parts: [`synthesize`] (closed
+//! loop until converged, then the knobs become a model) and [`replay`] (open
+//! loop from a model's knobs, optionally following the recorded series and
+//! measuring the deviation per metric).
+
+use crate::actuate::{Actuators, CacheLevels};
+use crate::config::LoadConfig;
+use crate::control::{ClosedLoop, Controller, Gains, KnobSink, PairStatus};
+use crate::metric::{Formula, LoadMetric};
+use crate::model::{LoadModel, ModelEntry, MODEL_SCHEMA};
+use crate::source::MetricSource;
+use crate::targets::LoadTargets;
+use crate::LoadError;
+use hwqos_topology::HardwareModel;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+/// How the closed loop runs.
+#[derive(Clone, Debug)]
+pub struct SynthOptions {
+    /// Measurement period.
+    pub period: Duration,
+    /// Consecutive samples within tolerance that count as converged.
+    pub needed: u32,
+    /// Give up (an error) after this long.
+    pub timeout: Duration,
+    /// Samples after convergence over which the stored knobs are averaged.
+    pub hold: u32,
+}
+
+impl Default for SynthOptions {
+    fn default() -> Self {
+        SynthOptions {
+            period: Duration::from_millis(250),
+            needed: 8,
+            timeout: Duration::from_secs(120),
+            hold: 12,
+        }
+    }
+}
+
+/// The knob a controller starts from: the target itself (every knob has
+/// roughly unit gain on its metric), or for cache levels the stream share
+/// that gives the target ratio if nothing else ran.
+pub fn initial_knob(targets: &LoadTargets, metric: LoadMetric, cpu: u32) -> f64 {
+    let t = |m: LoadMetric| {
+        targets
+            .targets
+            .iter()
+            .find(|x| x.metric == m && x.cpu == cpu)
+            .map(|x| x.mean)
+    };
+    let mean = t(metric).unwrap_or(0.0);
+    match metric.depth() {
+        0 => mean,
+        _ => {
+            // Shares from the ratios present (absent deeper levels: 0).
+            let r1 = t(LoadMetric::L1dMissRatio).unwrap_or(0.0);
+            let r2 = t(LoadMetric::L2MissRatio).unwrap_or(0.0);
+            let r3 = t(LoadMetric::LlcMissRatio).unwrap_or(0.0);
+            match metric {
+                LoadMetric::L1dMissRatio => r1 * (1.0 - r2),
+                LoadMetric::L2MissRatio => r1 * r2 * (1.0 - r3),
+                _ => r1 * r2 * r3,
+            }
+        }
+    }
+}
+
+/// Runs the closed loop for `targets` with actuators from `start` (normally
+/// [`Actuators::start`]) and a `source`; on convergence returns the model.
+#[allow(clippy::too_many_arguments)]
+pub fn synthesize<S: KnobSink>(
+    targets: &LoadTargets,
+    node: HardwareModel,
+    source: &mut dyn MetricSource,
+    sink: &mut S,
+    ranges: &dyn Fn(LoadMetric, u32) -> (f64, f64),
+    opts: &SynthOptions,
+    progress: &mut dyn FnMut(&[PairStatus], u64),
+) -> Result<LoadModel, LoadError> {
+    let mut lp = ClosedLoop::new(opts.needed);
+    for t in &targets.targets {
+        if t.metric.formula() == Formula::SelfReported {
+            continue;
+        }
+        let bias = initial_knob(targets, t.metric, t.cpu);
+        let c = Controller::new(
+            t.mean,
+            bias,
+            ranges(t.metric, t.cpu),
+            Gains::default_for(t.metric),
+        );
+        sink.set(t.metric, t.cpu, c.knob());
+        lp.add(t.metric, t.cpu, c, t.metric.default_tolerance());
+    }
+    let max_samples =
+        (opts.timeout.as_secs_f64() / opts.period.as_secs_f64()).ceil().max(1.0) as u64;
+    let start = hwqos_core::time::monotonic_ns();
+    let mut first_t = None;
+    let mut last_t = 0;
+    let mut wrapped = |l: &ClosedLoop| progress(&l.status(), l.samples);
+    let samples = {
+        let mut src = TimedSource {
+            inner: source,
+            first: &mut first_t,
+            last: &mut last_t,
+        };
+        lp.run_until_converged(&mut src, sink, max_samples, &mut wrapped)?
+    };
+    let convergence_s = match first_t {
+        Some(f) => (last_t - f) as f64 / 1e9,
+        None => (hwqos_core::time::monotonic_ns() - start) as f64 / 1e9,
+    };
+    // Hold: keep controlling, average the knobs.
+    let mut sums: BTreeMap<(LoadMetric, u32), f64> = BTreeMap::new();
+    for _ in 0..opts.hold {
+        let m = source.next()?;
+        lp.step(&m, sink);
+        progress(&lp.status(), lp.samples);
+        for (k, c) in &lp.controllers {
+            *sums.entry(*k).or_default() += c.knob();
+        }
+    }
+    let mut entries = Vec::new();
+    for t in &targets.targets {
+        let key = (t.metric, t.cpu);
+        let (knob, controller, tolerance) = match lp.controllers.get(&key) {
+            Some(c) => (
+                if opts.hold > 0 { sums[&key] / opts.hold as f64 } else { c.knob() },
+                c.state(),
+                lp.tolerance[&key],
+            ),
+            None => {
+                // Open-loop metrics: the knob is the target itself.
+                let range = ranges(t.metric, t.cpu);
+                let knob = t.mean.clamp(range.0, range.1);
+                let c = Controller::new(t.mean, knob, range, Gains::default_for(t.metric));
+                (knob, c.state(), t.metric.default_tolerance())
+            }
+        };
+        entries.push(ModelEntry {
+            metric: t.metric,
+            cpu: t.cpu,
+            target: t.mean,
+            knob,
+            controller,
+            tolerance,
+            series: t.series.clone(),
+        });
+    }
+    Ok(LoadModel {
+        schema: MODEL_SCHEMA.into(),
+        created: hwqos_core::time::format_rfc3339(hwqos_core::time::wall_ns()),
+        node,
+        convergence_s,
+        samples,
+        period_s: opts.period.as_secs_f64(),
+        entries,
+    })
+}
+
+struct TimedSource<'a> {
+    inner: &'a mut dyn MetricSource,
+    first: &'a mut Option<u64>,
+    last: &'a mut u64,
+}
+
+impl MetricSource for TimedSource<'_> {
+    fn next(&mut self) -> Result<crate::source::Measurement, LoadError> {
+        let m = self.inner.next()?;
+        if self.first.is_none() {
+            // The loop starts when the first interval began.
+            *self.first = Some(m.t_ns.saturating_sub(m.interval_ns));
+        }
+        *self.last = m.t_ns;
+        Ok(m)
+    }
+}
+
+/// The measured deviation of one replayed pair.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Deviation {
+    pub metric: LoadMetric,
+    pub cpu: u32,
+    pub target: f64,
+    pub measured: f64,
+    pub samples: usize,
+    /// (measured − target) / target (absolute difference when the target is 0).
+    pub relative: f64,
+}
+
+/// The knob for time `t_s` of a dynamic replay: the stored knob scaled by
+/// the series value over its mean (knobs have roughly unit gain), clamped.
+pub fn dynamic_knob(e: &ModelEntry, t_s: f64) -> f64 {
+    if e.series.is_empty() || e.target <= 0.0 {
+        return e.knob;
+    }
+    let span = e.series.last().map_or(0.0, |p| p.0).max(1e-9);
+    let t = t_s % span;
+    let v = e
+        .series
+        .iter()
+        .rev()
+        .find(|p| p.0 <= t)
+        .or(e.series.first())
+        .map_or(e.target, |p| p.1);
+    (e.knob * v / e.target).clamp(e.controller.range.0, e.controller.range.1)
+}
+
+/// Replays `model` open loop on `actuators` for `duration`; with a `source`,
+/// measures every pair (after `warmup` samples) and returns the deviations.
+pub fn replay(
+    model: &LoadModel,
+    actuators: &mut Actuators,
+    source: Option<&mut dyn MetricSource>,
+    duration: Duration,
+    dynamic: bool,
+    warmup: usize,
+    progress: &mut dyn FnMut(f64, &BTreeMap<(LoadMetric, u32), f64>),
+) -> Result<Vec<Deviation>, LoadError> {
+    for e in &model.entries {
+        actuators.set(e.metric, e.cpu, e.knob);
+    }
+    let stop = actuators.stop_flag();
+    let start = hwqos_core::time::monotonic_ns();
+    let elapsed = || (hwqos_core::time::monotonic_ns() - start) as f64 / 1e9;
+    let mut sums: BTreeMap<(LoadMetric, u32), (f64, usize)> = BTreeMap::new();
+    let work_start: BTreeMap<(LoadMetric, u32), u64> = model
+        .entries
+        .iter()
+        .filter_map(|e| actuators.work_done(e.metric, e.cpu).map(|w| ((e.metric, e.cpu), w)))
+        .collect();
+    match source {
+        Some(src) => {
+            let mut n = 0usize;
+            while elapsed() < duration.as_secs_f64() && !stop.is_stopped() {
+                let m = src.next()?;
+                n += 1;
+                if dynamic {
+                    for e in &model.entries {
+                        actuators.set(e.metric, e.cpu, dynamic_knob(e, elapsed()));
+                    }
+                }
+                if n > warmup {
+                    for (k, v) in &m.values {
+                        let s = sums.entry(*k).or_default();
+                        s.0 += v;
+                        s.1 += 1;
+                    }
+                }
+                progress(elapsed(), &m.values);
+            }
+        }
+        None => {
+            while elapsed() < duration.as_secs_f64() && !stop.is_stopped() {
+                if dynamic {
+                    for e in &model.entries {
+                        actuators.set(e.metric, e.cpu, dynamic_knob(e, elapsed()));
+                    }
+                }
+                std::thread::sleep(Duration::from_millis(50));
+                progress(elapsed(), &BTreeMap::new());
+            }
+        }
+    }
+    let secs = elapsed();
+    let mut out = Vec::new();
+    for e in &model.entries {
+        let key = (e.metric, e.cpu);
+        let measured = if e.metric.formula() == Formula::SelfReported {
+            match (actuators.work_done(e.metric, e.cpu), work_start.get(&key)) {
+                (Some(w), Some(w0)) => Some(((w - w0) as f64 / secs, 1)),
+                _ => None,
+            }
+        } else {
+            sums.get(&key).map(|(s, n)| (s / *n as f64, *n))
+        };
+        if let Some((measured, samples)) = measured {
+            let relative = if e.target != 0.0 {
+                (measured - e.target) / e.target
+            } else {
+                measured - e.target
+            };
+            out.push(Deviation {
+                metric: e.metric,
+                cpu: e.cpu,
+                target: e.target,
+                measured,
+                samples,
+                relative,
+            });
+        }
+    }
+    Ok(out)
+}
+
+/// Builds the actuators for a model's or targets' pairs with initial knobs.
+pub fn actuators_for(
+    pairs: &[((LoadMetric, u32), f64)],
+    node: &hwqos_topology::Topology,
+    cfg: &LoadConfig,
+) -> Result<Actuators, LoadError> {
+    let cpu = pairs.first().map_or(0, |p| p.0 .1);
+    Actuators::start(pairs, &CacheLevels::of(node, cpu), cfg)
+}

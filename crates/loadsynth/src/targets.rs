@@ -1,0 +1,210 @@
+//! Load targets (`hwqos.loadtargets/1`): per metric and CPU, the mean and the
+//! time series captured from a monitor recording of the production node
+//! (thesis 6.2.1 step 1), with that node's hardware model.
+
+use crate::metric::{self, Formula, LoadMetric};
+use crate::source::values_from_frame;
+use crate::LoadError;
+use hwqos_core::recording::Recording;
+use hwqos_core::Scope;
+use hwqos_topology::HardwareModel;
+use serde::{Deserialize, Serialize};
+use std::path::Path;
+
+pub const TARGETS_SCHEMA: &str = "hwqos.loadtargets/1";
+
+/// Longest target or model file accepted (the series are bounded by it).
+pub const MAX_FILE_BYTES: u64 = 256 << 20;
+
+/// One metric of one CPU to reproduce.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Target {
+    pub metric: LoadMetric,
+    pub cpu: u32,
+    pub mean: f64,
+    #[serde(default)]
+    pub stddev: f64,
+    /// `(seconds since the recording's start, value)` per sample.
+    #[serde(default)]
+    pub series: Vec<(f64, f64)>,
+}
+
+/// Where the targets came from.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct CaptureSource {
+    pub recording: String,
+    pub node: String,
+    pub rate_hz: f64,
+    pub frames: usize,
+}
+
+/// A targets file.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LoadTargets {
+    pub schema: String,
+    pub created: String,
+    pub source: Option<CaptureSource>,
+    /// The production node's hardware model (topology and OS inventory).
+    pub hardware: Option<HardwareModel>,
+    pub targets: Vec<Target>,
+}
+
+/// Reads a JSON file of at most [`MAX_FILE_BYTES`] and checks its `schema`
+/// before anything else.
+pub(crate) fn read_checked(path: &Path, schema: &str) -> Result<serde_json::Value, LoadError> {
+    let bad = |reason: String| LoadError::BadFile {
+        path: path.display().to_string(),
+        reason,
+    };
+    let meta = std::fs::metadata(path).map_err(|e| bad(e.to_string()))?;
+    if meta.len() > MAX_FILE_BYTES {
+        return Err(bad(format!("{} bytes is more than the {MAX_FILE_BYTES} accepted", meta.len())));
+    }
+    let text = std::fs::read_to_string(path).map_err(|e| bad(e.to_string()))?;
+    let value: serde_json::Value =
+        serde_json::from_str(&text).map_err(|e| bad(format!("not JSON: {e}")))?;
+    match value.get("schema").and_then(|s| s.as_str()) {
+        Some(s) if s == schema => Ok(value),
+        Some(s) => Err(bad(format!("schema `{s}`, expected `{schema}`"))),
+        None => Err(bad(format!("no `schema` field (expected `{schema}`)"))),
+    }
+}
+
+impl LoadTargets {
+    /// Targets without a source (hand-written or for tests).
+    pub fn new(targets: Vec<Target>) -> LoadTargets {
+        LoadTargets {
+            schema: TARGETS_SCHEMA.into(),
+            created: hwqos_core::time::format_rfc3339(hwqos_core::time::wall_ns()),
+            source: None,
+            hardware: None,
+            targets,
+        }
+    }
+
+    /// Checks every value is possible and no pair appears twice.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.schema != TARGETS_SCHEMA {
+            return Err(format!("schema `{}`, expected `{TARGETS_SCHEMA}`", self.schema));
+        }
+        let mut seen = std::collections::BTreeSet::new();
+        for t in &self.targets {
+            t.metric.validate(t.mean).map_err(|e| format!("cpu {}: {e}", t.cpu))?;
+            for (_, v) in &t.series {
+                t.metric.validate(*v).map_err(|e| format!("cpu {} series: {e}", t.cpu))?;
+            }
+            if !seen.insert((t.metric, t.cpu)) {
+                return Err(format!("{} on CPU {} appears twice", t.metric, t.cpu));
+            }
+        }
+        Ok(())
+    }
+
+    pub fn load(path: &Path) -> Result<LoadTargets, LoadError> {
+        let value = read_checked(path, TARGETS_SCHEMA)?;
+        let bad = |reason: String| LoadError::BadFile {
+            path: path.display().to_string(),
+            reason,
+        };
+        let t: LoadTargets = serde_json::from_value(value).map_err(|e| bad(e.to_string()))?;
+        t.validate().map_err(bad)?;
+        Ok(t)
+    }
+
+    pub fn save(&self, path: &Path) -> Result<(), LoadError> {
+        let text = serde_json::to_string_pretty(self).expect("targets serialize");
+        std::fs::write(path, text + "\n")
+            .map_err(|e| LoadError::Io(format!("writing {}", path.display()), e))
+    }
+
+    /// Keeps only `metrics` (all when empty) and `cpus` (all when `None`).
+    pub fn filter(&mut self, metrics: &[LoadMetric], cpus: Option<&[u32]>) {
+        self.targets.retain(|t| {
+            (metrics.is_empty() || metrics.contains(&t.metric))
+                && cpus.is_none_or(|c| c.contains(&t.cpu))
+        });
+    }
+}
+
+/// Captures targets from a recording: every measurable metric of every CPU
+/// scope present in it (mean, standard deviation and series).
+///
+/// With `processes_as_cpu = Some(n)`, the recording's process scopes are
+/// summed and taken as CPU n's load instead (a recording of processes
+/// pinned to one CPU, e.g. `hwqos record -p PID`).
+pub fn capture(
+    rec: &Recording,
+    recording_path: &str,
+    hardware: Option<HardwareModel>,
+    processes_as_cpu: Option<u32>,
+) -> Result<LoadTargets, LoadError> {
+    let converted: Vec<hwqos_core::Frame>;
+    let frames: &[hwqos_core::Frame] = match processes_as_cpu {
+        Some(cpu) => {
+            converted = rec
+                .frames
+                .iter()
+                .map(|f| crate::source::processes_as_cpu(f, &[], cpu))
+                .collect();
+            &converted
+        }
+        None => &rec.frames,
+    };
+    let mut cpus: Vec<u32> = frames
+        .iter()
+        .flat_map(|f| &f.samples)
+        .filter_map(|s| match s.scope {
+            Scope::Cpu { cpu } => Some(cpu),
+            _ => None,
+        })
+        .collect();
+    cpus.sort_unstable();
+    cpus.dedup();
+    let wanted: Vec<(LoadMetric, u32)> = metric::ALL
+        .iter()
+        .filter(|m| m.formula() != Formula::SelfReported)
+        .flat_map(|m| cpus.iter().map(move |c| (*m, *c)))
+        .collect();
+    let start = rec.header.started.mono_ns;
+    let mut series: std::collections::BTreeMap<(LoadMetric, u32), Vec<(f64, f64)>> =
+        Default::default();
+    for f in frames {
+        for (k, v) in values_from_frame(f, &wanted) {
+            series
+                .entry(k)
+                .or_default()
+                .push((f.time.mono_ns.saturating_sub(start) as f64 / 1e9, v));
+        }
+    }
+    if series.is_empty() {
+        return Err(LoadError::BadFile {
+            path: recording_path.into(),
+            reason: "no per-CPU samples of any load metric (record with per-CPU counting, e.g. `hwqos record -a`)".into(),
+        });
+    }
+    let targets = series
+        .into_iter()
+        .map(|((metric, cpu), s)| {
+            let values: Vec<f64> = s.iter().map(|p| p.1).collect();
+            Target {
+                metric,
+                cpu,
+                mean: hwqos_core::stats::mean(&values).unwrap_or(0.0),
+                stddev: hwqos_core::stats::stddev(&values).unwrap_or(0.0),
+                series: s,
+            }
+        })
+        .collect();
+    Ok(LoadTargets {
+        source: Some(CaptureSource {
+            recording: recording_path.into(),
+            node: rec.header.node.clone(),
+            rate_hz: rec.header.rate_hz,
+            frames: rec.frames.len(),
+        }),
+        hardware,
+        ..LoadTargets::new(targets)
+    })
+}

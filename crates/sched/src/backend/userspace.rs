@@ -1,0 +1,784 @@
+//! The userspace quota backend: works on any stock kernel with `perf_event`.
+//!
+//! Per thread of an enforced process and per quota event it opens two
+//! counters: a *quota* counter whose sample period is the remaining budget,
+//! armed for one overflow with `PERF_EVENT_IOC_REFRESH`, and an *accounting*
+//! counter that only counts (the exact per-period usage, independent of the
+//! overflow machinery). When a quota counter overflows the kernel sends a
+//! signal:
+//!
+//! - [`OverflowRoute::Agent`] (the default): a real-time signal to the
+//!   backend's overflow thread (`F_SETOWN_EX` with `F_OWNER_TID`, `F_SETSIG`,
+//!   `O_ASYNC`), read through a `signalfd` with the counter's fd in
+//!   `ssi_fd`. The thread sums the process's usage over its threads and, when
+//!   the quota is used up, throttles the process (cgroup v2 freeze or
+//!   `SIGSTOP`, see [`ThrottleMethod`]); otherwise it re-arms the counter with
+//!   what is left.
+//! - [`OverflowRoute::Direct`]: `SIGSTOP` straight to the counted thread
+//!   (`F_SETOWN_EX` to the target, `F_SETSIG` = `SIGSTOP`): the kernel stops
+//!   the process on its way back to user space after the overflowing event,
+//!   with no agent wake-up in between (only with [`ThrottleMethod::Sigstop`];
+//!   each thread then has the whole quota, exact for single-threaded processes).
+//!
+//! A renewal thread wakes at every period boundary (absolute deadlines, final
+//! approach with `hwqos_core::ticker::sleep_until`), reads the accounting
+//! counters, re-arms the quota counters and thaws the process. Before
+//! throttling anything the backend registers it with the crash guardian
+//! ([`crate::guardian`]), so no process stays stopped if the agent dies.
+
+use super::{EventQuota, EventStats, PeriodUsage, QuotaBackend, QuotaSet, QuotaStats};
+use crate::guardian::GuardianClient;
+use crate::SchedError;
+use hwqos_core::ticker::{sleep_until, LatencyHistogram, SlackEstimator};
+use hwqos_core::time::monotonic_ns;
+use hwqos_core::SleepStrategy;
+use perf_event_open_sys as sys;
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+/// Per-period usage kept per process for statistics (bounded).
+pub const HISTORY_PERIODS: usize = 8192;
+
+/// How a process is throttled once its quota is used up.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ThrottleMethod {
+    /// `SIGSTOP` the process, `SIGCONT` at renewal.
+    Sigstop,
+    /// Move the process into its own cgroup under this cgroup2 directory and
+    /// freeze it through `cgroup.freeze`.
+    Freeze { parent: PathBuf },
+}
+
+/// Where the overflow signal goes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OverflowRoute {
+    Agent,
+    Direct,
+}
+
+#[derive(Clone, Debug)]
+pub struct UserspaceOptions {
+    pub proc_root: PathBuf,
+    pub method: ThrottleMethod,
+    pub route: OverflowRoute,
+    /// Offset from `SIGRTMIN` of the overflow signal.
+    pub rt_signal_offset: i32,
+    /// `SCHED_FIFO` priority of the overflow and renewal threads (0 = leave
+    /// them `SCHED_OTHER`).
+    pub realtime_priority: i32,
+}
+
+impl Default for UserspaceOptions {
+    fn default() -> Self {
+        UserspaceOptions {
+            proc_root: PathBuf::from("/proc"),
+            method: ThrottleMethod::Sigstop,
+            route: OverflowRoute::Direct,
+            rt_signal_offset: 4,
+            realtime_priority: 10,
+        }
+    }
+}
+
+struct Counter {
+    quota: OwnedFd,
+    acct: OwnedFd,
+}
+
+struct ThreadCounters {
+    /// One per quota event.
+    counters: Vec<Counter>,
+}
+
+struct Task {
+    pid: u32,
+    quotas: QuotaSet,
+    threads: BTreeMap<u32, ThreadCounters>,
+    /// Accounting sums per event at the start of the current period.
+    period_start: Vec<u64>,
+    /// Accounting totals of threads that exited.
+    exited: Vec<u64>,
+    next_deadline_ns: u64,
+    throttled_since_ns: Option<u64>,
+    throttled_this_period: bool,
+    cgroup: Option<PathBuf>,
+    original_cgroup: Option<PathBuf>,
+    stats: QuotaStats,
+    history: VecDeque<PeriodUsage>,
+}
+
+struct State {
+    tasks: BTreeMap<u32, Task>,
+    /// quota counter fd → (pid, tid, event index)
+    by_fd: HashMap<RawFd, (u32, u32, usize)>,
+    guardian: Option<GuardianClient>,
+    /// Overflow signal read → throttle issued, ns.
+    stop_latency: LatencyHistogram,
+    renew_lateness: LatencyHistogram,
+    missed_periods: u64,
+    errors: u64,
+}
+
+struct Shared {
+    state: Mutex<State>,
+    wake: Condvar,
+    stop: AtomicBool,
+    overflow_tid: AtomicI32,
+    opts: UserspaceOptions,
+}
+
+/// The userspace backend (see the module docs).
+pub struct UserspaceBackend {
+    shared: Arc<Shared>,
+    threads: Vec<JoinHandle<()>>,
+}
+
+fn lock(m: &Mutex<State>) -> MutexGuard<'_, State> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl UserspaceBackend {
+    /// Starts the overflow and renewal threads. `guardian` receives every
+    /// process (or cgroup) before it is first throttled.
+    pub fn start(
+        opts: UserspaceOptions,
+        guardian: Option<GuardianClient>,
+    ) -> Result<UserspaceBackend, SchedError> {
+        if let ThrottleMethod::Freeze { parent } = &opts.method {
+            std::fs::create_dir_all(parent).map_err(|e| SchedError::File {
+                path: parent.clone(),
+                source: e,
+            })?;
+            if opts.route == OverflowRoute::Direct {
+                return Err(SchedError::invalid(
+                    "userspace backend options",
+                    "the direct overflow route stops with SIGSTOP; it cannot freeze cgroups",
+                ));
+            }
+        }
+        let shared = Arc::new(Shared {
+            state: Mutex::new(State {
+                tasks: BTreeMap::new(),
+                by_fd: HashMap::new(),
+                guardian,
+                stop_latency: LatencyHistogram::new(),
+                renew_lateness: LatencyHistogram::new(),
+                missed_periods: 0,
+                errors: 0,
+            }),
+            wake: Condvar::new(),
+            stop: AtomicBool::new(false),
+            overflow_tid: AtomicI32::new(0),
+            opts,
+        });
+        let mut threads = Vec::new();
+        if shared.opts.route == OverflowRoute::Agent {
+            let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+            let s = shared.clone();
+            threads.push(
+                std::thread::Builder::new()
+                    .name("sra-overflow".into())
+                    .spawn(move || overflow_thread(s, ready_tx))
+                    .map_err(|e| SchedError::io("spawn overflow thread", e))?,
+            );
+            ready_rx
+                .recv()
+                .map_err(|_| SchedError::invalid("overflow thread", "exited during start"))??;
+        }
+        let s = shared.clone();
+        threads.push(
+            std::thread::Builder::new()
+                .name("sra-renew".into())
+                .spawn(move || renewal_thread(s))
+                .map_err(|e| SchedError::io("spawn renewal thread", e))?,
+        );
+        Ok(UserspaceBackend { shared, threads })
+    }
+
+    /// Lateness of period renewals after their deadline.
+    pub fn renew_lateness(&self) -> LatencyHistogram {
+        lock(&self.shared.state).renew_lateness.clone()
+    }
+
+    /// Renewals whose deadline had passed by more than a period.
+    pub fn missed_periods(&self) -> u64 {
+        lock(&self.shared.state).missed_periods
+    }
+}
+
+impl Drop for UserspaceBackend {
+    fn drop(&mut self) {
+        self.release_all();
+        self.shared.stop.store(true, Ordering::SeqCst);
+        self.shared.wake.notify_all();
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+    }
+}
+
+impl QuotaBackend for UserspaceBackend {
+    fn name(&self) -> &'static str {
+        "userspace"
+    }
+
+    fn enforce(&mut self, pid: u32, quotas: &QuotaSet) -> Result<(), SchedError> {
+        quotas.validate()?;
+        let opts = &self.shared.opts;
+        let mut st = lock(&self.shared.state);
+        if st.tasks.contains_key(&pid) {
+            release_locked(&mut st, opts, pid);
+        }
+        let tids = crate::proc::threads(&opts.proc_root, pid).ok_or(SchedError::Vanished { pid })?;
+        let (cgroup, original_cgroup) = match &opts.method {
+            ThrottleMethod::Sigstop => {
+                if let Some(g) = st.guardian.as_mut() {
+                    g.register_pid(pid)
+                        .map_err(|e| SchedError::io("register with the guardian", e))?;
+                }
+                (None, None)
+            }
+            ThrottleMethod::Freeze { parent } => {
+                let original = crate::proc::cgroup2_path(&opts.proc_root, pid);
+                let dir = parent.join(format!("pid-{pid}"));
+                if let Some(g) = st.guardian.as_mut() {
+                    g.register_cgroup(&dir)
+                        .map_err(|e| SchedError::io("register with the guardian", e))?;
+                }
+                move_into_cgroup(&dir, pid)?;
+                (Some(dir), original)
+            }
+        };
+        let mut task = Task {
+            pid,
+            quotas: quotas.clone(),
+            threads: BTreeMap::new(),
+            period_start: vec![0; quotas.events.len()],
+            exited: vec![0; quotas.events.len()],
+            next_deadline_ns: 0,
+            throttled_since_ns: None,
+            throttled_this_period: false,
+            cgroup,
+            original_cgroup,
+            stats: QuotaStats {
+                pid,
+                events: quotas
+                    .events
+                    .iter()
+                    .map(|e| EventStats {
+                        name: e.name.clone(),
+                        quota: e.quota,
+                        ..EventStats::default()
+                    })
+                    .collect(),
+                ..QuotaStats::default()
+            },
+            history: VecDeque::new(),
+        };
+        let owner = self.shared.overflow_tid.load(Ordering::SeqCst);
+        for tid in tids {
+            match open_thread(tid, &quotas.events, opts, owner) {
+                Ok(tc) => {
+                    for (i, c) in tc.counters.iter().enumerate() {
+                        st.by_fd.insert(c.quota.as_raw_fd(), (pid, tid, i));
+                    }
+                    task.threads.insert(tid, tc);
+                }
+                Err(e) if e.is_vanished() => continue,
+                Err(e) => {
+                    drop(task);
+                    return Err(e);
+                }
+            }
+        }
+        if task.threads.is_empty() {
+            return Err(SchedError::Vanished { pid });
+        }
+        task.next_deadline_ns = monotonic_ns() + quotas.period.as_nanos() as u64;
+        for tc in task.threads.values() {
+            for (i, c) in tc.counters.iter().enumerate() {
+                arm(&c.quota, quotas.events[i].quota)?;
+            }
+        }
+        st.tasks.insert(pid, task);
+        drop(st);
+        self.shared.wake.notify_all();
+        tracing::info!(pid, backend = "userspace", ?quotas, "enforcing quotas");
+        Ok(())
+    }
+
+    fn release(&mut self, pid: u32) -> Result<(), SchedError> {
+        let mut st = lock(&self.shared.state);
+        release_locked(&mut st, &self.shared.opts, pid);
+        Ok(())
+    }
+
+    fn stats(&self, pid: u32) -> Option<QuotaStats> {
+        let st = lock(&self.shared.state);
+        let t = st.tasks.get(&pid)?;
+        let mut s = t.stats.clone();
+        s.throttled = t.throttled_since_ns.is_some();
+        let totals = acct_sums(t);
+        for (e, total) in s.events.iter_mut().zip(totals) {
+            e.total = total;
+        }
+        Some(s)
+    }
+
+    fn enforced(&self) -> Vec<u32> {
+        lock(&self.shared.state).tasks.keys().copied().collect()
+    }
+
+    fn history(&self, pid: u32) -> Vec<PeriodUsage> {
+        lock(&self.shared.state)
+            .tasks
+            .get(&pid)
+            .map(|t| t.history.iter().cloned().collect())
+            .unwrap_or_default()
+    }
+
+    /// Overflow-signal-read → throttle-issued latency (agent route only).
+    fn stop_latency(&self) -> Option<LatencyHistogram> {
+        (self.shared.opts.route == OverflowRoute::Agent).then(|| lock(&self.shared.state).stop_latency.clone())
+    }
+
+    fn refresh_threads(&mut self) -> Vec<u32> {
+        let opts = &self.shared.opts;
+        let owner = self.shared.overflow_tid.load(Ordering::SeqCst);
+        let mut st = lock(&self.shared.state);
+        let pids: Vec<u32> = st.tasks.keys().copied().collect();
+        let mut gone = Vec::new();
+        for pid in pids {
+            let Some(now) = crate::proc::threads(&opts.proc_root, pid) else {
+                tracing::info!(pid, "enforced process exited; releasing");
+                release_locked(&mut st, opts, pid);
+                gone.push(pid);
+                continue;
+            };
+            let State { tasks, by_fd, .. } = &mut *st;
+            let task = tasks.get_mut(&pid).expect("listed");
+            let old: Vec<u32> = task.threads.keys().copied().collect();
+            for tid in old.iter().filter(|t| now.binary_search(t).is_err()) {
+                if let Some(tc) = task.threads.remove(tid) {
+                    for (i, c) in tc.counters.iter().enumerate() {
+                        task.exited[i] += crate::counter::read(&c.acct).unwrap_or(0);
+                        by_fd.remove(&c.quota.as_raw_fd());
+                    }
+                }
+            }
+            let new: Vec<u32> = now
+                .iter()
+                .copied()
+                .filter(|t| !task.threads.contains_key(t))
+                .collect();
+            for tid in new {
+                match open_thread(tid, &task.quotas.events, opts, owner) {
+                    Ok(tc) => {
+                        for (i, c) in tc.counters.iter().enumerate() {
+                            by_fd.insert(c.quota.as_raw_fd(), (pid, tid, i));
+                            let _ = arm(&c.quota, task.quotas.events[i].quota);
+                        }
+                        tracing::debug!(pid, tid, "counting a new thread");
+                        task.threads.insert(tid, tc);
+                    }
+                    Err(e) => tracing::debug!(pid, tid, error = %e, "new thread not counted"),
+                }
+            }
+        }
+        gone
+    }
+}
+
+fn move_into_cgroup(dir: &Path, pid: u32) -> Result<(), SchedError> {
+    std::fs::create_dir_all(dir).map_err(|e| SchedError::File {
+        path: dir.to_path_buf(),
+        source: e,
+    })?;
+    std::fs::write(dir.join("cgroup.procs"), pid.to_string()).map_err(|e| {
+        if e.raw_os_error() == Some(libc::ESRCH) {
+            SchedError::Vanished { pid }
+        } else {
+            SchedError::File {
+                path: dir.join("cgroup.procs"),
+                source: e,
+            }
+        }
+    })
+}
+
+fn release_locked(st: &mut State, opts: &UserspaceOptions, pid: u32) {
+    let Some(task) = st.tasks.remove(&pid) else {
+        return;
+    };
+    for tc in task.threads.values() {
+        for c in &tc.counters {
+            st.by_fd.remove(&c.quota.as_raw_fd());
+            // Disable first so no overflow stops the process after the thaw.
+            // SAFETY: ioctl on an fd we own.
+            unsafe { sys::ioctls::DISABLE(c.quota.as_raw_fd(), 0) };
+        }
+    }
+    thaw(&task, opts);
+    match (&task.cgroup, &opts.method) {
+        (Some(dir), ThrottleMethod::Freeze { .. }) => {
+            if let Some(mount) = cgroup2_mount_of(dir) {
+                let back = mount.join(task.original_cgroup.clone().unwrap_or_default());
+                let _ = std::fs::write(back.join("cgroup.procs"), pid.to_string());
+            }
+            let _ = std::fs::remove_dir(dir);
+            if let Some(g) = st.guardian.as_mut() {
+                let _ = g.forget_cgroup(dir);
+            }
+        }
+        _ => {
+            if let Some(g) = st.guardian.as_mut() {
+                let _ = g.forget_pid(pid);
+            }
+        }
+    }
+    tracing::info!(pid, "released");
+}
+
+/// The cgroup2 mount point above a directory (the parent of the first
+/// ancestor that has no `cgroup.procs`... kept simple: the nearest ancestor
+/// whose parent has no `cgroup.controllers`).
+fn cgroup2_mount_of(dir: &Path) -> Option<PathBuf> {
+    let mut cur = dir.to_path_buf();
+    while let Some(parent) = cur.parent() {
+        if !parent.join("cgroup.controllers").exists() {
+            return Some(cur);
+        }
+        cur = parent.to_path_buf();
+    }
+    None
+}
+
+fn throttle(task: &mut Task, opts: &UserspaceOptions) -> Result<(), SchedError> {
+    match &task.cgroup {
+        Some(dir) => std::fs::write(dir.join("cgroup.freeze"), "1").map_err(|e| SchedError::File {
+            path: dir.join("cgroup.freeze"),
+            source: e,
+        })?,
+        None => {
+            let _ = opts;
+            // SAFETY: kill(2) with a positive pid.
+            if unsafe { libc::kill(task.pid as i32, libc::SIGSTOP) } != 0 {
+                return Err(SchedError::last_os(format!("SIGSTOP {}", task.pid)));
+            }
+        }
+    }
+    Ok(())
+}
+
+fn thaw(task: &Task, _opts: &UserspaceOptions) {
+    match &task.cgroup {
+        Some(dir) => {
+            let _ = std::fs::write(dir.join("cgroup.freeze"), "0");
+        }
+        None => {
+            // SAFETY: kill(2) with a positive pid.
+            unsafe { libc::kill(task.pid as i32, libc::SIGCONT) };
+        }
+    }
+}
+
+fn open_thread(
+    tid: u32,
+    events: &[EventQuota],
+    opts: &UserspaceOptions,
+    overflow_tid: i32,
+) -> Result<ThreadCounters, SchedError> {
+    let mut counters = Vec::new();
+    for q in events {
+        let quota = crate::counter::open(tid, &q.name, &q.attr, Some(q.quota))?;
+        let acct = crate::counter::open(tid, &q.name, &q.attr, None)?;
+        let (owner, signal) = match opts.route {
+            OverflowRoute::Agent => (overflow_tid, libc::SIGRTMIN() + opts.rt_signal_offset),
+            OverflowRoute::Direct => (tid as i32, libc::SIGSTOP),
+        };
+        route_signal(quota.as_raw_fd(), owner, signal)?;
+        counters.push(Counter { quota, acct });
+    }
+    Ok(ThreadCounters { counters })
+}
+
+fn route_signal(fd: RawFd, owner_tid: i32, signal: i32) -> Result<(), SchedError> {
+    // <linux/fcntl.h>; the libc crate does not export these for every target.
+    const F_SETSIG: libc::c_int = 10;
+    const F_SETOWN_EX: libc::c_int = 15;
+    const F_OWNER_TID: libc::c_int = 0;
+    #[repr(C)]
+    struct FOwnerEx {
+        type_: libc::c_int,
+        pid: libc::pid_t,
+    }
+    let owner = FOwnerEx {
+        type_: F_OWNER_TID,
+        pid: owner_tid,
+    };
+    // SAFETY: fcntl on an fd we own with valid arguments.
+    unsafe {
+        if libc::fcntl(fd, F_SETOWN_EX, &owner as *const FOwnerEx) != 0 {
+            return Err(SchedError::last_os("fcntl(F_SETOWN_EX)"));
+        }
+        if libc::fcntl(fd, F_SETSIG, signal) != 0 {
+            return Err(SchedError::last_os("fcntl(F_SETSIG)"));
+        }
+        let fl = libc::fcntl(fd, libc::F_GETFL);
+        if libc::fcntl(fd, libc::F_SETFL, fl | libc::O_ASYNC | libc::O_NONBLOCK) != 0 {
+            return Err(SchedError::last_os("fcntl(F_SETFL, O_ASYNC)"));
+        }
+    }
+    Ok(())
+}
+
+/// Arms a quota counter for one overflow after `budget` events from now:
+/// disabled, the new period set while disabled (so the kernel restarts the
+/// period from zero when the counter is enabled again), reset, then
+/// `PERF_EVENT_IOC_REFRESH(1)`.
+pub fn arm(fd: &OwnedFd, budget: u64) -> Result<(), SchedError> {
+    let fd = fd.as_raw_fd();
+    let mut period = budget.max(1);
+    // SAFETY: perf ioctls on an fd we own; PERIOD reads the u64 we pass.
+    unsafe {
+        sys::ioctls::DISABLE(fd, 0);
+        if sys::ioctls::PERIOD(fd, &mut period as *mut u64 as u64) != 0 {
+            return Err(SchedError::last_os("PERF_EVENT_IOC_PERIOD"));
+        }
+        sys::ioctls::RESET(fd, 0);
+        if sys::ioctls::REFRESH(fd, 1) != 0 {
+            return Err(SchedError::last_os("PERF_EVENT_IOC_REFRESH"));
+        }
+    }
+    Ok(())
+}
+
+fn acct_sums(task: &Task) -> Vec<u64> {
+    let mut sums = task.exited.clone();
+    for tc in task.threads.values() {
+        for (i, c) in tc.counters.iter().enumerate() {
+            sums[i] += crate::counter::read(&c.acct).unwrap_or(0);
+        }
+    }
+    sums
+}
+
+fn overflow_thread(shared: Arc<Shared>, ready: std::sync::mpsc::Sender<Result<(), SchedError>>) {
+    let sig = libc::SIGRTMIN() + shared.opts.rt_signal_offset;
+    // SAFETY: signal-set manipulation on local storage; signalfd on our own mask.
+    let sfd = unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, sig);
+        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+        libc::signalfd(-1, &set, libc::SFD_CLOEXEC)
+    };
+    if sfd < 0 {
+        let _ = ready.send(Err(SchedError::last_os("signalfd")));
+        return;
+    }
+    // SAFETY: fresh fd we own.
+    let sfd = unsafe { OwnedFd::from_raw_fd(sfd) };
+    let _ = hwqos_core::ticker::set_thread_timer_slack(1);
+    if shared.opts.realtime_priority > 0 {
+        set_fifo(shared.opts.realtime_priority);
+    }
+    // SAFETY: gettid has no preconditions.
+    shared
+        .overflow_tid
+        .store(unsafe { libc::gettid() }, Ordering::SeqCst);
+    let _ = ready.send(Ok(()));
+    let mut info: libc::signalfd_siginfo = unsafe { std::mem::zeroed() };
+    while !shared.stop.load(Ordering::SeqCst) {
+        let mut pfd = libc::pollfd {
+            fd: sfd.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one pollfd.
+        if unsafe { libc::poll(&mut pfd, 1, 100) } <= 0 {
+            continue;
+        }
+        let size = std::mem::size_of::<libc::signalfd_siginfo>();
+        // SAFETY: reading one siginfo into a buffer of its size.
+        let n = unsafe {
+            libc::read(
+                sfd.as_raw_fd(),
+                (&mut info as *mut libc::signalfd_siginfo).cast(),
+                size,
+            )
+        };
+        if n as usize != size {
+            continue;
+        }
+        let got_ns = monotonic_ns();
+        let mut st = lock(&shared.state);
+        on_overflow(&mut st, &shared.opts, info.ssi_fd, got_ns);
+    }
+}
+
+fn on_overflow(st: &mut State, opts: &UserspaceOptions, fd: RawFd, got_ns: u64) {
+    let Some(&(pid, tid, idx)) = st.by_fd.get(&fd) else {
+        return; // a counter closed since the signal was queued
+    };
+    let State {
+        tasks,
+        stop_latency,
+        errors,
+        ..
+    } = st;
+    let Some(task) = tasks.get_mut(&pid) else {
+        return;
+    };
+    if task.throttled_since_ns.is_some() {
+        return;
+    }
+    let sums = acct_sums(task);
+    let quota = task.quotas.events[idx].quota;
+    let used = sums[idx].saturating_sub(task.period_start[idx]);
+    if used >= quota {
+        match throttle(task, opts) {
+            Ok(()) => {
+                let now = monotonic_ns();
+                stop_latency.record(now.saturating_sub(got_ns));
+                task.throttled_since_ns = Some(now);
+                task.throttled_this_period = true;
+                task.stats.nr_throttled += 1;
+                task.stats.events[idx].overflows += 1;
+            }
+            Err(e) => {
+                *errors += 1;
+                tracing::warn!(pid, error = %e, "could not throttle");
+            }
+        }
+    } else if let Some(c) = task.threads.get(&tid).and_then(|t| t.counters.get(idx)) {
+        let _ = arm(&c.quota, quota - used);
+    }
+}
+
+/// Runs the calling thread under `SCHED_FIFO` so an overflow or a period
+/// boundary preempts the throttled workload at once (needs `CAP_SYS_NICE`;
+/// without it the thread stays `SCHED_OTHER` and a warning is logged).
+fn set_fifo(priority: i32) {
+    let param = libc::sched_param {
+        sched_priority: priority,
+    };
+    // SAFETY: pid 0 is the calling thread; param is initialised.
+    if unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &param) } != 0 {
+        tracing::warn!(
+            priority,
+            error = %std::io::Error::last_os_error(),
+            "cannot run the quota threads under SCHED_FIFO; throttling latency will follow the load"
+        );
+    }
+}
+
+fn renewal_thread(shared: Arc<Shared>) {
+    let _ = hwqos_core::ticker::set_thread_timer_slack(1);
+    if shared.opts.realtime_priority > 0 {
+        set_fifo(shared.opts.realtime_priority);
+    }
+    let mut slack = SlackEstimator::new();
+    const HEADROOM_NS: u64 = 200_000;
+    let mut st = lock(&shared.state);
+    while !shared.stop.load(Ordering::SeqCst) {
+        let next = st.tasks.values().map(|t| t.next_deadline_ns).min();
+        let Some(deadline) = next else {
+            st = shared
+                .wake
+                .wait_timeout(st, Duration::from_millis(100))
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
+            continue;
+        };
+        let now = monotonic_ns();
+        if now + HEADROOM_NS < deadline {
+            let wait = Duration::from_nanos(deadline - HEADROOM_NS - now);
+            st = shared
+                .wake
+                .wait_timeout(st, wait)
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
+            continue; // the set of tasks may have changed
+        }
+        if now < deadline {
+            drop(st);
+            sleep_until(deadline, &SleepStrategy::Absolute, &mut slack);
+            st = lock(&shared.state);
+        }
+        renew_due(&mut st, &shared.opts);
+    }
+}
+
+fn renew_due(st: &mut State, opts: &UserspaceOptions) {
+    let now = monotonic_ns();
+    let State {
+        tasks,
+        renew_lateness,
+        missed_periods,
+        ..
+    } = st;
+    for task in tasks.values_mut() {
+        if task.next_deadline_ns > now {
+            continue;
+        }
+        let period_ns = task.quotas.period.as_nanos() as u64;
+        renew_lateness.record(now - task.next_deadline_ns);
+        let sums = acct_sums(task);
+        let used: Vec<u64> = sums
+            .iter()
+            .zip(&task.period_start)
+            .map(|(s, p)| s.saturating_sub(*p))
+            .collect();
+        // Direct route: the kernel stopped the process; find out from /proc.
+        let stopped_by_kernel = opts.route == OverflowRoute::Direct
+            && used
+                .iter()
+                .zip(&task.quotas.events)
+                .any(|(u, q)| *u >= q.quota);
+        for tc in task.threads.values() {
+            for (i, c) in tc.counters.iter().enumerate() {
+                let _ = arm(&c.quota, task.quotas.events[i].quota);
+            }
+        }
+        let throttled = task.throttled_this_period || stopped_by_kernel;
+        if throttled {
+            thaw(task, opts);
+        }
+        if let Some(since) = task.throttled_since_ns.take() {
+            task.stats.throttled_ns += now.saturating_sub(since);
+        }
+        if stopped_by_kernel {
+            task.stats.nr_throttled += 1;
+        }
+        for (i, e) in task.stats.events.iter_mut().enumerate() {
+            e.last_period = used[i];
+            if stopped_by_kernel && used[i] >= e.quota {
+                e.overflows += 1;
+            }
+        }
+        if task.history.len() == HISTORY_PERIODS {
+            task.history.pop_front();
+        }
+        task.history.push_back(PeriodUsage {
+            period: task.stats.nr_periods,
+            used,
+            throttled,
+        });
+        task.stats.nr_periods += 1;
+        task.period_start = sums;
+        task.throttled_this_period = false;
+        let mut next = task.next_deadline_ns + period_ns;
+        if next <= now {
+            let behind = (now - next) / period_ns + 1;
+            *missed_periods += behind;
+            next += behind * period_ns;
+        }
+        task.next_deadline_ns = next;
+    }
+}

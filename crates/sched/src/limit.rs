@@ -1,0 +1,173 @@
+//! The resource-limit finder (thesis Listing 8.2): measure the victim's
+//! performance x̄ alone, set x_limit = ω·x̄, then ramp a leech on the same
+//! resource until x < x_limit, and take the victim's resource usage at the
+//! last acceptable step as its quota O_{r,p}.
+//!
+//! Measurement is behind [`Probe`] and the interference behind [`Ramp`] so
+//! the procedure is tested with known answers and run for real by
+//! `hwqos-sra find-limit` (perf counters on the victim, in-process leeches).
+
+use crate::SchedError;
+use serde::{Deserialize, Serialize};
+use std::time::Duration;
+
+/// Measures the victim over an interval.
+pub trait Probe {
+    /// Runs for `interval` and returns (x, r per second) over it.
+    fn measure(&mut self, interval: Duration) -> Result<(f64, f64), SchedError>;
+}
+
+/// A controllable interference source.
+pub trait Ramp {
+    /// Sets the leech intensity in [0, 1].
+    fn set_intensity(&mut self, intensity: f64);
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct LimitParams {
+    /// ω: lowest acceptable fraction of x̄ (0, 1].
+    pub omega: f64,
+    /// t: how long x̄ is measured alone.
+    pub baseline: Duration,
+    /// δ: how long each ramp step is measured.
+    pub step_interval: Duration,
+    /// Intensity added per step.
+    pub step: f64,
+    /// Quota period the result is expressed in.
+    pub period: Duration,
+}
+
+impl Default for LimitParams {
+    fn default() -> Self {
+        LimitParams {
+            omega: 0.9,
+            baseline: Duration::from_secs(3),
+            step_interval: Duration::from_secs(1),
+            step: 0.1,
+            period: Duration::from_millis(10),
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct LimitStep {
+    pub intensity: f64,
+    pub x: f64,
+    pub r_per_s: f64,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct LimitResult {
+    pub x_bar: f64,
+    pub r_bar_per_s: f64,
+    pub x_limit: f64,
+    pub steps: Vec<LimitStep>,
+    /// The step index whose usage became the quota (last acceptable one);
+    /// `None` when even the first step was unacceptable (the alone run is used).
+    pub accepted_step: Option<usize>,
+    /// Whether x ever fell below x_limit (false: the leech at full intensity
+    /// did not degrade the victim enough; the quota is the usage at full).
+    pub degraded: bool,
+    /// O_{r,p}: events per period.
+    pub quota_per_period: u64,
+}
+
+/// Runs Listing 8.2.
+pub fn find_limit(probe: &mut dyn Probe, ramp: &mut dyn Ramp, p: &LimitParams) -> Result<LimitResult, SchedError> {
+    if !(p.omega > 0.0 && p.omega <= 1.0) || !(p.step > 0.0 && p.step <= 1.0) {
+        return Err(SchedError::invalid(
+            "limit finder parameters",
+            format!("omega {} and step {} must be in (0, 1]", p.omega, p.step),
+        ));
+    }
+    ramp.set_intensity(0.0);
+    let (x_bar, r_bar) = probe.measure(p.baseline)?;
+    if !(x_bar.is_finite() && x_bar > 0.0) {
+        return Err(SchedError::invalid("baseline x̄", format!("{x_bar} (the victim reported no performance)")));
+    }
+    let x_limit = p.omega * x_bar;
+    let mut steps = Vec::new();
+    let mut accepted = None;
+    let mut degraded = false;
+    let mut intensity = 0.0f64;
+    loop {
+        intensity = (intensity + p.step).min(1.0);
+        ramp.set_intensity(intensity);
+        let (x, r) = probe.measure(p.step_interval)?;
+        steps.push(LimitStep { intensity, x, r_per_s: r });
+        if x < x_limit {
+            degraded = true;
+            break;
+        }
+        accepted = Some(steps.len() - 1);
+        if intensity >= 1.0 {
+            break;
+        }
+    }
+    ramp.set_intensity(0.0);
+    let r = accepted.map(|i| steps[i].r_per_s).unwrap_or(r_bar);
+    let quota = (r * p.period.as_secs_f64()).round().max(1.0) as u64;
+    Ok(LimitResult {
+        x_bar,
+        r_bar_per_s: r_bar,
+        x_limit,
+        steps,
+        accepted_step: accepted,
+        degraded,
+        quota_per_period: quota,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::cell::Cell;
+    use std::rc::Rc;
+
+    /// x = 100 − 60·i and r = 1000·(1 − i/2) per second at leech intensity i:
+    /// with ω = 0.9 the limit is 90, crossed above i = 1/6, so with steps of
+    /// 0.1 the last acceptable step is i = 0.1 with r = 950/s → 9.5 ≈ 10 per 10 ms.
+    struct Model(Rc<Cell<f64>>);
+    impl Probe for Model {
+        fn measure(&mut self, _: Duration) -> Result<(f64, f64), SchedError> {
+            let i = self.0.get();
+            Ok((100.0 - 60.0 * i, 1000.0 * (1.0 - i / 2.0)))
+        }
+    }
+    struct Knob(Rc<Cell<f64>>);
+    impl Ramp for Knob {
+        fn set_intensity(&mut self, i: f64) {
+            self.0.set(i);
+        }
+    }
+
+    #[test]
+    fn listing_8_2_known_answer() {
+        let i = Rc::new(Cell::new(0.0));
+        let r = find_limit(&mut Model(i.clone()), &mut Knob(i.clone()), &LimitParams::default()).unwrap();
+        assert_eq!(r.x_bar, 100.0);
+        assert_eq!(r.x_limit, 90.0);
+        assert_eq!(r.steps.len(), 2);
+        assert_eq!(r.accepted_step, Some(0));
+        assert!(r.degraded);
+        assert_eq!(r.quota_per_period, 10);
+        assert_eq!(i.get(), 0.0, "leech switched off at the end");
+    }
+
+    #[test]
+    fn a_victim_that_never_degrades_gets_its_full_intensity_usage() {
+        struct Flat;
+        impl Probe for Flat {
+            fn measure(&mut self, _: Duration) -> Result<(f64, f64), SchedError> {
+                Ok((50.0, 2000.0))
+            }
+        }
+        let i = Rc::new(Cell::new(0.0));
+        let r = find_limit(&mut Flat, &mut Knob(i), &LimitParams { step: 0.25, ..LimitParams::default() }).unwrap();
+        assert!(!r.degraded);
+        assert_eq!(r.steps.len(), 4);
+        assert_eq!(r.quota_per_period, 20);
+        let e = find_limit(&mut Flat, &mut Knob(Rc::new(Cell::new(0.0))), &LimitParams { omega: 0.0, ..LimitParams::default() });
+        assert!(e.unwrap_err().to_string().contains("omega"));
+    }
+}

@@ -1,0 +1,262 @@
+//! The decision engine's inputs besides the hardware model: the resource
+//! sensitivity model (what each process is sensitive to, its CPU demand and
+//! its measured quotas; persisted as JSON with an atomic save so decisions
+//! survive restarts) and manually defined constraints.
+
+use crate::SchedError;
+use hwqos_pmu::target::TargetSelector;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::Path;
+
+pub const SCHEMA: &str = "hwqos.sensitivity/1";
+
+/// What one process is sensitive to.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProcessModel {
+    pub process: TargetSelector,
+    /// Resources sorted by |Corr(r, x, p)|, highest first; the first is r̂.
+    #[serde(default)]
+    pub sensitive_to: Vec<Sensitivity>,
+    /// CPUs' worth of work it needs (1.0 = one logical CPU busy).
+    #[serde(default = "one")]
+    pub cpu_demand: f64,
+    /// Quotas found by the resource-limit finder (event → per period).
+    #[serde(default)]
+    pub quotas: BTreeMap<String, u64>,
+    #[serde(default = "default_period_us")]
+    pub period_us: u64,
+}
+
+fn one() -> f64 {
+    1.0
+}
+fn default_period_us() -> u64 {
+    10_000
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Sensitivity {
+    pub resource: String,
+    pub correlation: f64,
+    /// Cache level the resource lives at (1, 2, 3…); `None` → from the name
+    /// ([`level_of`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub level: Option<u8>,
+}
+
+impl Sensitivity {
+    pub fn cache_level(&self) -> Option<u8> {
+        self.level.or_else(|| level_of(&self.resource))
+    }
+}
+
+/// The cache level a resource name refers to: `L1`/`l1d`/`L1-dcache` → 1,
+/// `L2`/`l2_` → 2, `L3`/`LLC`/`cache-misses`/memory traffic → the last level
+/// (reported as 3). CPU-time resources (`task_clock`, `cycles`,
+/// `instructions`) have none: they are CPU demand, not a shared cache.
+pub fn level_of(resource: &str) -> Option<u8> {
+    let r = resource.to_ascii_lowercase();
+    if r.contains("l1") {
+        Some(1)
+    } else if r.contains("l2") {
+        Some(2)
+    } else if r.contains("l3")
+        || r.contains("llc")
+        || r.contains("cache")
+        || r.contains("mem")
+        || r.contains("page_fault")
+        || r.contains("page-fault")
+        || r.contains("dtlb")
+    {
+        Some(3)
+    } else {
+        None
+    }
+}
+
+/// A manually defined constraint.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
+pub enum Constraint {
+    /// Never place `process` on the same core (SMT siblings) as `other`.
+    NotSameCore {
+        process: TargetSelector,
+        other: TargetSelector,
+    },
+    /// `process` may only use these CPUs.
+    OnlyCpus { process: TargetSelector, cpus: Vec<u32> },
+    /// At most `quota` events of `event` per period for `process`.
+    MaxEvents {
+        process: TargetSelector,
+        event: String,
+        quota: u64,
+        #[serde(default = "default_period_us")]
+        period_us: u64,
+    },
+}
+
+/// The persisted model: processes and constraints.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SensitivityModel {
+    pub schema: String,
+    #[serde(default)]
+    pub processes: Vec<ProcessModel>,
+    #[serde(default)]
+    pub constraints: Vec<Constraint>,
+}
+
+impl Default for SensitivityModel {
+    fn default() -> Self {
+        SensitivityModel {
+            schema: SCHEMA.into(),
+            processes: Vec::new(),
+            constraints: Vec::new(),
+        }
+    }
+}
+
+/// Upper bound on a model file (bad input must not allocate unboundedly).
+pub const MAX_MODEL_BYTES: u64 = 16 << 20;
+
+impl SensitivityModel {
+    pub fn parse(text: &str) -> Result<SensitivityModel, SchedError> {
+        let m: SensitivityModel = serde_json::from_str(text)
+            .map_err(|e| SchedError::invalid("sensitivity model", e.to_string()))?;
+        if m.schema != SCHEMA {
+            return Err(SchedError::invalid(
+                "sensitivity model",
+                format!("schema `{}` (expected `{SCHEMA}`)", m.schema),
+            ));
+        }
+        for p in &m.processes {
+            if !(p.cpu_demand.is_finite() && p.cpu_demand > 0.0 && p.cpu_demand <= 4096.0) {
+                return Err(SchedError::invalid(
+                    format!("sensitivity model entry `{}`", p.process),
+                    format!("cpu_demand {} (expected 0 < demand ≤ 4096)", p.cpu_demand),
+                ));
+            }
+            if let Some(s) = p.sensitive_to.iter().find(|s| !s.correlation.is_finite() || s.correlation.abs() > 1.0) {
+                return Err(SchedError::invalid(
+                    format!("sensitivity model entry `{}`", p.process),
+                    format!("correlation {} of `{}` is not in [-1, 1]", s.correlation, s.resource),
+                ));
+            }
+        }
+        Ok(m)
+    }
+
+    /// Loads a model; a missing file is an empty model (first start).
+    pub fn load(path: &Path) -> Result<SensitivityModel, SchedError> {
+        let file_err = |e| SchedError::File {
+            path: path.to_path_buf(),
+            source: e,
+        };
+        match std::fs::metadata(path) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(SensitivityModel::default()),
+            Err(e) => return Err(file_err(e)),
+            Ok(m) if m.len() > MAX_MODEL_BYTES => {
+                return Err(SchedError::invalid(
+                    format!("sensitivity model {}", path.display()),
+                    format!("{} bytes (at most {MAX_MODEL_BYTES})", m.len()),
+                ))
+            }
+            Ok(_) => {}
+        }
+        let text = std::fs::read_to_string(path).map_err(file_err)?;
+        Self::parse(&text).map_err(|e| SchedError::invalid(format!("{}", path.display()), e.to_string()))
+    }
+
+    /// Saves atomically: write a temporary file in the same directory, fsync,
+    /// rename over the old one.
+    pub fn save(&self, path: &Path) -> Result<(), SchedError> {
+        let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+        let file_err = |e| SchedError::File {
+            path: path.to_path_buf(),
+            source: e,
+        };
+        let tmp = dir.join(format!(
+            ".{}.tmp-{}",
+            path.file_name().and_then(|n| n.to_str()).unwrap_or("model"),
+            std::process::id()
+        ));
+        let mut f = std::fs::File::create(&tmp).map_err(file_err)?;
+        f.write_all(serde_json::to_string_pretty(self).expect("serializes").as_bytes())
+            .and_then(|_| f.sync_all())
+            .map_err(file_err)?;
+        std::fs::rename(&tmp, path).map_err(file_err)?;
+        Ok(())
+    }
+
+    /// Inserts or replaces the model of `process`.
+    pub fn upsert(&mut self, model: ProcessModel) {
+        match self.processes.iter_mut().find(|p| p.process == model.process) {
+            Some(p) => *p = model,
+            None => self.processes.push(model),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn save_is_atomic_and_round_trips() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("model.json");
+        assert_eq!(SensitivityModel::load(&path).unwrap(), SensitivityModel::default());
+        let mut m = SensitivityModel::default();
+        m.upsert(ProcessModel {
+            process: "name:p1".parse().unwrap(),
+            sensitive_to: vec![Sensitivity {
+                resource: "L1-dcache-load-misses".into(),
+                correlation: 0.9,
+                level: None,
+            }],
+            cpu_demand: 1.0,
+            quotas: BTreeMap::new(),
+            period_us: 10_000,
+        });
+        m.constraints.push(Constraint::NotSameCore {
+            process: "name:p1".parse().unwrap(),
+            other: "name:p2".parse().unwrap(),
+        });
+        m.save(&path).unwrap();
+        assert_eq!(SensitivityModel::load(&path).unwrap(), m);
+        let leftovers: Vec<_> = std::fs::read_dir(dir.path()).unwrap().collect();
+        assert_eq!(leftovers.len(), 1, "temporary file left behind");
+        assert_eq!(m.processes[0].sensitive_to[0].cache_level(), Some(1));
+    }
+
+    #[test]
+    fn bad_models_are_named() {
+        let e = SensitivityModel::parse(r#"{"schema":"x"}"#).unwrap_err().to_string();
+        assert!(e.contains("schema `x`"));
+        let e = SensitivityModel::parse(
+            r#"{"schema":"hwqos.sensitivity/1","processes":[{"process":"name:a","cpu_demand":-1}]}"#,
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("cpu_demand -1"), "{e}");
+        let e = SensitivityModel::parse(
+            r#"{"schema":"hwqos.sensitivity/1","processes":[{"process":"name:a","sensitive_to":[{"resource":"x","correlation":3}]}]}"#,
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("correlation 3"), "{e}");
+    }
+
+    #[test]
+    fn levels_from_names() {
+        assert_eq!(level_of("L1-dcache-load-misses"), Some(1));
+        assert_eq!(level_of("hw.l2.misses"), Some(2));
+        assert_eq!(level_of("LLC-load-misses"), Some(3));
+        assert_eq!(level_of("sw.page_faults"), Some(3));
+        assert_eq!(level_of("sw.task_clock"), None);
+    }
+}
