@@ -2,7 +2,7 @@
 """Tables for docs/experiments/compression.md from compression_run.sh output.
 
     python3 docs/experiments/compression_report.py docs/experiments/results
-    python3 docs/experiments/compression_report.py --downsample PER_MESSAGE.csv OUT.csv
+    python3 docs/experiments/compression_report.py --downsample PER_MESSAGE.csv OUT.csv [TARGET]
 
 The second form turns the driver's per-message CSV (one line per message)
 into one line per 100 messages, which is what the results directory keeps:
@@ -10,8 +10,9 @@ i (first message of the bin), n, mean_rtt_ns, p50_rtt_ns, compressed
 (messages sent compressed), codecs (codec:count;...), chosen (the preferred
 codec most often in the bin), cpu_util (mean CPU utilization the throttle
 saw, over the bin's messages), cpu_within (share of the bin's messages sent
-while utilization was within ±5 pp of the burner run's target 0.5),
-cpu_absdev (mean |utilization − 0.5|), cpu_share (mean throttle share).
+while utilization was within ±5 pp of the burner run's target, TARGET,
+default 0.8), cpu_absdev (mean |utilization − target|), cpu_share (mean
+throttle share).
 """
 import csv
 import glob
@@ -24,7 +25,7 @@ from collections import Counter, defaultdict
 BIN = 100
 
 
-def downsample(src, dst):
+def downsample(src, dst, target=0.8):
     rows = list(csv.DictReader(open(src)))
     with open(dst, "w", newline="") as f:
         w = csv.writer(f)
@@ -37,17 +38,19 @@ def downsample(src, dst):
             utils = [float(x["cpu_util"]) for x in b if x["cpu_util"]]
             shares = [float(x["cpu_share"]) for x in b if x["cpu_share"]]
             util = f"{sum(utils) / len(utils):.4f}" if utils else ""
-            within = f"{sum(1 for u in utils if abs(u - 0.5) <= 0.05) / len(utils):.3f}" if utils else ""
-            absdev = f"{sum(abs(u - 0.5) for u in utils) / len(utils):.4f}" if utils else ""
+            within = f"{sum(1 for u in utils if abs(u - target) <= 0.05) / len(utils):.3f}" if utils else ""
+            absdev = f"{sum(abs(u - target) for u in utils) / len(utils):.4f}" if utils else ""
             w.writerow([i, len(b), round(sum(rtts) / len(b)), round(statistics.median(rtts)),
                         sum(v for k, v in codecs.items() if k != "none"),
                         ";".join(f"{k}:{v}" for k, v in sorted(codecs.items())), chosen,
                         util, within, absdev, f"{sum(shares) / len(shares):.4f}" if shares else ""])
 
 
-if len(sys.argv) == 4 and sys.argv[1] == "--downsample":
-    downsample(sys.argv[2], sys.argv[3])
+if len(sys.argv) in (4, 5) and sys.argv[1] == "--downsample":
+    downsample(sys.argv[2], sys.argv[3], float(sys.argv[4]) if len(sys.argv) == 5 else 0.8)
     sys.exit(0)
+
+SPECIAL = ("change", "burner", "loopback-ab")
 
 res = sys.argv[1] if len(sys.argv) > 1 else "docs/experiments/results"
 rows = [json.loads(l) for l in open(os.path.join(res, "compression_rtt.jsonl")) if l.strip()]
@@ -58,12 +61,12 @@ print(f"Link emulation: {shaper}" + (" (user-space emulator; this kernel lacks n
 print("## Mean RTT per link profile, data set and policy (µs, ±95% CI)\n")
 by = defaultdict(dict)
 for r in rows:
-    if r["label"] in ("change", "burner"):
+    if r["label"] in SPECIAL:
         continue
     by[(r["label"], r["dataset"])][r["policy"]] = r
 links = []
 for r in rows:
-    if r["label"] not in links and r["label"] not in ("change", "burner"):
+    if r["label"] not in links and r["label"] not in SPECIAL:
         links.append(r["label"])
 summary = []
 medians = []
@@ -103,14 +106,44 @@ for link, ds, bp, b, a, m, n in medians:
     print(f"| {link} | {ds} | {bp} | {b:.1f} | {a:.1f} | {100*(a/b-1):+.1f}% | {100*(m/b-1):+.1f}% | {100*(a/n-1):+.1f}% |")
 print()
 
+ab = [r for r in rows if r["label"] == "loopback-ab"]
+if ab:
+    reps = defaultdict(list)
+    for r in ab:
+        reps[(r["dataset"], r["policy"])].append(r)
+    n = max(len(v) for v in reps.values())
+    print(f"## Loopback A/B: {n} interleaved repetitions of 20,000 messages (median over repetitions, µs)\n")
+    print("| data set | policy | mean RTT | p50 | means of the repetitions | mean vs none | codecs sent (first repetition) |")
+    print("|---|---|---:|---:|---|---:|---|")
+    for ds in ("Zeros", "Ones", "Realistic"):
+        none = reps.get((ds, "one:none"))
+        if not none:
+            continue
+        none_mean = statistics.median(r["mean_rtt_us"] for r in none)
+        for p in ("one:none", "adaptive", "majority"):
+            v = reps.get((ds, p))
+            if not v:
+                continue
+            mean = statistics.median(r["mean_rtt_us"] for r in v)
+            p50 = statistics.median(r["p50_us"] for r in v)
+            each = ", ".join(f"{r['mean_rtt_us']:.1f}" for r in v)
+            sent = ", ".join(f"{k} {c}" for k, c in sorted(v[0]["sent_per_codec"].items(), key=lambda kv: -kv[1])[:3])
+            print(f"| {ds} | {p} | {mean:.1f} | {p50:.1f} | {each} | {100 * (mean / none_mean - 1):+.1f}% | {sent} |")
+    print()
+
 change = [r for r in rows if r["label"] == "change"]
 if change:
-    print("## Content change (D1 → Dp) and bandwidth change (100 → 10 Mbit/s)\n")
-    print("| policy | mean RTT (µs) | ±CI95 | codecs sent |")
-    print("|---|---:|---:|---|")
+    k = change[0]["messages"] // 2
+    print(f"## Content and bandwidth change: Dp batches on 10 Mbit/s, 5 ms, then from message {k} Dr (random) on 1 Gbit/s, 0.2 ms\n")
+    print("| policy | mean RTT (µs) | ±CI95 | before the change | after the change | preferred codec changed after | codecs sent |")
+    print("|---|---:|---:|---:|---:|---:|---|")
     for r in sorted(change, key=lambda r: r["mean_rtt_us"]):
         sent = ", ".join(f"{k} {v}" for k, v in sorted(r["sent_per_codec"].items(), key=lambda kv: -kv[1])[:4])
-        print(f"| {r['policy']} | {r['mean_rtt_us']:.1f} | {r['ci95_us']:.1f} | {sent} |")
+        re = r.get("reselected_after")
+        re = "" if re is None else f"{re} messages"
+        before = r.get("mean_before_change_us") or float("nan")
+        after = r.get("mean_after_change_us") or float("nan")
+        print(f"| {r['policy']} | {r['mean_rtt_us']:.1f} | {r['ci95_us']:.1f} | {before:.1f} | {after:.1f} | {re} | {sent} |")
     print()
     f = os.path.join(res, "compression_change", "adaptive.csv")
     if os.path.exists(f):
@@ -125,7 +158,7 @@ if change:
 
 burn = sorted(glob.glob(os.path.join(res, "compression_burner", "*.csv")))
 if burn:
-    print("## CPU burner (messages 10,000–19,999 of 30,000, one every 500 µs, throttle target 0.5)\n")
+    print("## CPU burner (cgroup limited to one CPU; burner at half a CPU during messages 10,000–19,999 of 30,000, one every 500 µs; throttle target 0.8 of the cgroup's limit)\n")
     print("| policy | phase | messages compressed | mean CPU utilization | mean abs(util − target) | time within ±5 pp | mean throttle share |")
     print("|---|---|---:|---:|---:|---:|---:|")
     for f in burn:

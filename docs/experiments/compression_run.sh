@@ -2,12 +2,15 @@
 # Compression experiments (thesis 7.4.1-7.4.4) on network namespaces, veth
 # and tc netem (or a user-space link emulator). Writes docs/experiments/results/compression_*.
 #
-#   sudo docs/experiments/compression_run.sh            # ~10 minutes
-#   sudo SCALE=5 docs/experiments/compression_run.sh    # 5x the messages (content change at 5,000)
-#   sudo PARTS=burner docs/experiments/compression_run.sh   # only some parts: rtt change burner
+#   sudo docs/experiments/compression_run.sh            # ~12 minutes
+#   sudo SCALE=3 docs/experiments/compression_run.sh    # 3x the messages of the link x data-set runs
+#   (CHANGE_SCALE does the same for the change run)
+#   sudo PARTS=burner docs/experiments/compression_run.sh   # only some parts: rtt ab change burner
 #
 # Only loopback and the namespaces hwqos-c-a / hwqos-c-b (10.231.77.1-2 on a
-# veth pair) are used; everything is removed on exit.
+# veth pair) are used; the burner part runs on 127.0.0.1 in the root
+# namespace inside its own cgroup (v1 cpu + cpuacct `hwqos-c-burn`, or v2),
+# limited to one CPU. Everything is removed on exit.
 #
 # Link profiles (rate, one-way delay; the base RTT is twice the delay): with
 # netem (CONFIG_NET_SCH_NETEM) on the veth pair; kernels without netem (this
@@ -16,7 +19,8 @@
 set -euo pipefail
 
 SCALE="${SCALE:-1}"
-PARTS=" ${PARTS:-rtt change burner} "
+PARTS=" ${PARTS:-rtt ab change burner} "
+REPS="${REPS:-5}"
 root="$(cd "$(dirname "$0")/../.." && pwd)"
 out="$root/docs/experiments/results"
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$root/target}"
@@ -27,11 +31,22 @@ A=hwqos-c-a
 B=hwqos-c-b
 pids=()
 
+CG=hwqos-c-burn
+cg_dirs() {
+    if [ -d /sys/fs/cgroup/cpuacct ] && [ -d /sys/fs/cgroup/cpu ]; then
+        echo "/sys/fs/cgroup/cpu/$CG /sys/fs/cgroup/cpuacct/$CG"
+    else
+        echo "/sys/fs/cgroup/$CG"
+    fi
+}
 cleanup() {
     for p in "${pids[@]:-}"; do [ -n "$p" ] && kill "$p" 2>/dev/null || true; done
     [ -f "$work/burner.pid" ] && kill "$(cat "$work/burner.pid")" 2>/dev/null || true
     ip netns del "$A" 2>/dev/null || true
     ip netns del "$B" 2>/dev/null || true
+    for d in $(cg_dirs); do
+        for i in $(seq 20); do [ -d "$d" ] || break; rmdir "$d" 2>/dev/null || sleep 0.3; done
+    done
     rm -rf "$work"
 }
 trap cleanup EXIT INT TERM
@@ -87,12 +102,15 @@ policies=(one:none one:lz4 one:snappy one:zstd-1 one:zstd-3 one:zstd-9 one:lzma-
           one:bzip2-1 one:bzip2-9 one:deflate round-robin majority adaptive)
 
 rtt_json="$out/compression_rtt.jsonl"
-[ "$PARTS" = " rtt change burner " ] && : > "$rtt_json" && : > "$out/compression_load.tsv"
+[ "$PARTS" = " rtt ab change burner " ] && : > "$rtt_json" && : > "$out/compression_load.tsv"
 # A partial run replaces its own lines only.
-for part in change burner; do
+part_labels() { case "$1" in rtt) echo "loopback 1gbit-0.2ms 100mbit-1ms 10mbit-5ms" ;; ab) echo loopback-ab ;; *) echo "$1" ;; esac; }
+for part in rtt ab change burner; do
     if [[ "$PARTS" == *" $part "* ]] && [ -f "$rtt_json" ]; then
-        grep -v "\"label\":\"$part\"" "$rtt_json" > "$work/keep" || true
-        cp "$work/keep" "$rtt_json"
+        for l in $(part_labels "$part"); do
+            grep -v "\"label\":\"$l\"" "$rtt_json" > "$work/keep" || true
+            cp "$work/keep" "$rtt_json"
+        done
     fi
 done
 # Per-message CSVs stay in $work; results keep one line per 100 messages.
@@ -107,7 +125,7 @@ run() { # LABEL NS ADDR MESSAGES POLICY DATASET [extra client args]
 
 # 7.4.1/7.4.2: mean RTT per link profile, data set and policy. Policies are
 # interleaved per data set so slow drift on the shared VM hits all alike.
-profiles=("loopback|$B|127.0.0.1:47401|-|-|2000"
+profiles=("loopback|$B|127.0.0.1:47401|-|-|20000"
           "1gbit-0.2ms|$A|$target|1gbit|0.2ms|1500"
           "100mbit-1ms|$A|$target|100mbit|1ms|800"
           "10mbit-5ms|$A|$target|10mbit|5ms|300")
@@ -123,33 +141,74 @@ profiles=("loopback|$B|127.0.0.1:47401|-|-|2000"
     done
 done
 
-# 7.4.3 + bandwidth change: D1 -> Dp at message 1000*SCALE, 100 -> 10 Mbit/s at 2000*SCALE.
+# Loopback A/B (target: adaptive within 3% of uncompressed): REPS
+# interleaved repetitions of uncompressed, adaptive and majority, 20,000
+# messages each, so one slow repetition does not decide.
+if [[ "$PARTS" == *" ab "* ]]; then
+for r in $(seq "$REPS"); do
+    for set in d0 d1 dp; do
+        for p in one:none adaptive majority; do
+            run "loopback-ab" "$B" 127.0.0.1:47401 20000 "$p" "$set"
+        done
+    done
+done
+fi
+
+# 7.4.3 + bandwidth change, designed so that no single codec is best
+# throughout: batches of Dp messages (at least 2 KiB each) on 10 Mbit/s,
+# 5 ms (the strong codecs win), then from message 1000*SCALE pseudo-random
+# 2 KiB payloads (Dr) on 1 Gbit/s, 0.2 ms (compression only costs).
 if [[ "$PARTS" == *" change "* ]]; then
-link 100mbit 1ms
-change=$((1000 * SCALE)); bw=$((2000 * SCALE)); total=$((2600 * SCALE))
+change=$((1000 * ${CHANGE_SCALE:-1})); total=$((2000 * ${CHANGE_SCALE:-1}))
 mkdir -p "$out/compression_change"
 for p in "${policies[@]}"; do
     echo "compression_run: change run $p"
-    link 100mbit 1ms
-    run "change" "$A" "$target" "$total" "$p" d1 --change-at "$change" --change-to dp \
-        --at "$bw:$(link_cmd 10mbit 5ms)" --csv "$work/change.csv"
+    link 10mbit 5ms
+    run "change" "$A" "$target" "$total" "$p" dp --batch 2048 --size 2048 \
+        --change-at "$change" --change-to dr \
+        --at "$change:$(link_cmd 1gbit 0.2ms)" --csv "$work/change.csv"
     downsample "$work/change.csv" "$out/compression_change/${p//:/_}.csv"
 done
 fi
 
-# 7.4.4: CPU burner. Messages paced at one per 500 us on loopback (30,000,
-# 15 s); policy one:bzip2-1 so that compression alone could load a CPU;
-# throttle target 0.5; one busy process (half of this 2-CPU VM) from message
-# 10,000 to 20,000.
+# 7.4.4: CPU burner, in a cgroup limited to one CPU (cpu.cfs_quota_us =
+# cfs_period_us, cpu.shares raised so that the other jobs on the VM do not
+# take its CPU) holding client, server and burner; the throttle's input is
+# the cgroup's CPU use against its limit (cpu_aggregate = cgroup), target
+# 0.8. Messages (batches of Dp, >= 4 KiB) paced at one per 500 us on
+# 127.0.0.1 (root namespace: `ip netns exec` remounts /sys and hides the
+# cgroup files), 30,000 messages; policy one:bzip2-1 so that compression
+# alone can load the CPU; a burner busy 5 ms of every 10 ms (half a CPU)
+# from message 10,000 to 20,000.
 if [[ "$PARTS" == *" burner "* ]]; then
 mkdir -p "$out/compression_burner"
-start_burner="sh -c 'while :; do :; done' >/dev/null 2>&1 & echo \$! > $work/burner.pid"
+dirs=$(cg_dirs)
+for d in $dirs; do mkdir -p "$d"; done
+if [ -d /sys/fs/cgroup/cpu/$CG ]; then
+    echo 100000 > /sys/fs/cgroup/cpu/$CG/cpu.cfs_period_us
+    echo 100000 > /sys/fs/cgroup/cpu/$CG/cpu.cfs_quota_us
+    echo 262144 > /sys/fs/cgroup/cpu/$CG/cpu.shares
+else
+    echo "100000 100000" > /sys/fs/cgroup/$CG/cpu.max
+    echo 10000 > /sys/fs/cgroup/$CG/cpu.weight
+fi
+join_cg() { for d in $dirs; do echo "$1" > "$d/cgroup.procs"; done; }
+( join_cg $BASHPID; exec "$bin" server --listen 127.0.0.1:47402 ) 2>/dev/null &
+pids+=($!)
+sleep 0.3
+start_burner="python3 -c 'import time
+while True:
+    t = time.monotonic()
+    while time.monotonic() - t < 0.005: pass
+    time.sleep(0.005)' >/dev/null 2>&1 & echo \$! > $work/burner.pid"
 stop_burner="kill \$(cat $work/burner.pid); rm -f $work/burner.pid"
 for p in one:bzip2-1 adaptive; do
     echo "compression_run: burner run $p"
-    run "burner" "$B" 127.0.0.1:47401 30000 "$p" dp --cpu-target 0.5 --pace-us 500 \
-        --at "10000:$start_burner" --at "20000:$stop_burner" \
-        --csv "$work/burner.csv"
+    printf '%s\t%s\t%s\t%s\n' burner "$p" dp "$(cut -d' ' -f1-3 /proc/loadavg)" >>"$out/compression_load.tsv"
+    ( join_cg $BASHPID; exec "$bin" client --connect 127.0.0.1:47402 --policy "$p" --dataset dp \
+        --batch 4096 --cpu-target 0.8 --cpu-aggregate cgroup --pace-us 500 --messages 30000 \
+        --label burner --at "10000:$start_burner" --at "20000:$stop_burner" \
+        --csv "$work/burner.csv" ) 2>>"$work/client.log" >>"$rtt_json"
     downsample "$work/burner.csv" "$out/compression_burner/${p//:/_}.csv"
 done
 fi

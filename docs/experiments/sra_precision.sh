@@ -26,12 +26,12 @@ trap cleanup EXIT
 
 secs=$(python3 -c "print($PERIODS * 0.01 + 1.5)")
 QUOTA=400
-echo "machine: $(nproc) vCPU, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), kernel $(uname -r)" | tee "$TMP/summary.txt"
+echo "machine: $(nproc) vCPU, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), kernel $(uname -r)" > "$TMP/summary.txt"
 
 # Unthrottled fault rate (each leech work unit is one page fault).
 "$B" leech faults --working-set 1048576 --duration-s 3 --cpu 1 > "$TMP/rate.txt"
 rate=$(sed -n 's/.*(\([0-9]*\)\/s).*/\1/p' "$TMP/rate.txt")
-echo "unthrottled page-fault rate (leech faults, CPU 1): $rate /s" | tee -a "$TMP/summary.txt"
+echo "unthrottled page-fault rate (leech faults, CPU 1): $rate /s" >> "$TMP/summary.txt"
 
 for route in direct agent; do
   "$B" leech faults --working-set 1048576 --cpu 1 >/dev/null 2>&1 &
@@ -50,8 +50,15 @@ share_run() { # label pid seconds -> per-100ms CPU ns list
   python3 - "$1" "$2" "$3" <<'PY' >> "$TMP/share.jsonl"
 import json, sys, time
 label, pid, secs = sys.argv[1], sys.argv[2], float(sys.argv[3])
-def cpu():
-    return int(open(f"/proc/{pid}/schedstat").read().split()[0])
+import os
+def cpu():  # every thread's time on the CPU, ns (exact, from the scheduler)
+    total = 0
+    for t in os.listdir(f"/proc/{pid}/task"):
+        try:
+            total += int(open(f"/proc/{pid}/task/{t}/schedstat").read().split()[0])
+        except OSError:
+            pass
+    return total
 w = []
 t0 = time.monotonic(); c0 = cpu(); last_t, last_c = t0, c0
 while time.monotonic() - t0 < secs:

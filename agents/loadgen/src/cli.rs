@@ -94,6 +94,15 @@ pub enum Command {
     },
     /// Check the configuration and exit (0: valid, 2: invalid).
     CheckConfig,
+    /// Run generators open loop at fixed knobs (a background load, or a
+    /// workload to record): `--knob METRIC@CPU=VALUE`, repeatable.
+    Generate {
+        #[arg(long = "knob", required = true, value_name = "METRIC@CPU=VALUE")]
+        knobs: Vec<String>,
+        /// Seconds to run (default: until SIGINT/SIGTERM).
+        #[arg(long, value_name = "SECS")]
+        duration: Option<f64>,
+    },
     /// (internal) Read with the data-cache generator for an external cache
     /// model: `--level SIZE,WAYS,LINE` per level, shallowest first.
     #[command(hide = true)]

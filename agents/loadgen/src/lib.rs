@@ -44,6 +44,8 @@ pub struct AgentConfig {
     pub caps: SafetyCaps,
     pub io: IoSettings,
     pub tlb_huge_pages: bool,
+    /// Nice value of the generator threads (see `LoadConfig::nice`).
+    pub nice: Option<i32>,
     pub run: RunSection,
 }
 
@@ -63,6 +65,7 @@ impl AgentConfig {
             caps: self.caps.clone(),
             io: self.io.clone(),
             tlb_huge_pages: self.tlb_huge_pages,
+            nice: self.nice,
         }
     }
 }
@@ -245,6 +248,24 @@ fn parse_target(s: &str) -> Result<Target, String> {
     })
 }
 
+/// `METRIC@CPU=VALUE` as a knob setting (value in the generator's knob unit).
+fn parse_knob(s: &str) -> Result<((LoadMetric, u32), f64), String> {
+    let (lhs, value) = s
+        .split_once('=')
+        .ok_or_else(|| format!("`{s}`: expected METRIC@CPU=VALUE"))?;
+    let (metric, cpu) = lhs
+        .split_once('@')
+        .ok_or_else(|| format!("`{s}`: expected METRIC@CPU=VALUE"))?;
+    let metric: LoadMetric = metric.parse()?;
+    let cpu: u32 = cpu.parse().map_err(|_| format!("`{s}`: bad CPU `{cpu}`"))?;
+    let v: f64 = value
+        .parse()
+        .ok()
+        .filter(|v: &f64| v.is_finite() && *v >= 0.0)
+        .ok_or_else(|| format!("`{s}`: bad knob value `{value}`"))?;
+    Ok(((metric, cpu), v))
+}
+
 fn this_node() -> Result<HardwareModel, Failure> {
     HardwareModel::this_node().map_err(|e| Failure(1, format!("reading this node's hardware model: {e}")))
 }
@@ -368,6 +389,25 @@ fn execute(cmd: Command, config: &AgentConfig, config_path: Option<&Path>) -> Re
                 on: MeasureOn::WholeCpu,
             };
             replay(&model, &opts, &cfg, true)
+        }
+        Command::Generate { knobs, duration } => {
+            let pairs: Vec<((LoadMetric, u32), f64)> = knobs
+                .iter()
+                .map(|k| parse_knob(k).map_err(usage))
+                .collect::<Result<_, _>>()?;
+            let node = this_node()?;
+            let act = synth::actuators_for(&pairs, &node.topology, &cfg)?;
+            let stop = act.stop_flag();
+            stop_on_signals(&stop);
+            let end = duration.map(|d| std::time::Instant::now() + Duration::from_secs_f64(d.max(0.0)));
+            while !stop.is_stopped() && end.is_none_or(|e| std::time::Instant::now() < e) {
+                std::thread::sleep(Duration::from_millis(5));
+                if !act.finished().is_empty() {
+                    break;
+                }
+            }
+            act.stop()?;
+            Ok(())
         }
         Command::GenDcache {
             levels,

@@ -134,20 +134,36 @@ fn emulate(mut from: TcpStream, mut to: TcpStream, p: Arc<LinkParams>) {
     use std::time::Duration;
     let (tx, rx) = std::sync::mpsc::channel::<(Instant, Vec<u8>)>();
     let writer = std::thread::spawn(move || {
-        for (at, chunk) in rx {
-            loop {
-                let now = Instant::now();
-                if now >= at {
+        let wait_until = |at: Instant| loop {
+            let now = Instant::now();
+            if now >= at {
+                break;
+            }
+            let left = at - now;
+            if left > Duration::from_micros(200) {
+                std::thread::sleep(left - Duration::from_micros(100));
+            } else {
+                std::hint::spin_loop();
+            }
+        };
+        // A packet taken from the queue before it was due.
+        let mut carry: Option<(Instant, Vec<u8>)> = None;
+        loop {
+            let Some((at, mut out)) = carry.take().or_else(|| rx.recv().ok()) else {
+                break;
+            };
+            wait_until(at);
+            // Packets already due go out in the same write (fewer syscalls
+            // when the emulator falls behind on a busy machine).
+            while let Ok((next_at, next)) = rx.try_recv() {
+                if next_at <= Instant::now() {
+                    out.extend_from_slice(&next);
+                } else {
+                    carry = Some((next_at, next));
                     break;
                 }
-                let left = at - now;
-                if left > Duration::from_micros(200) {
-                    std::thread::sleep(left - Duration::from_micros(100));
-                } else {
-                    std::hint::spin_loop();
-                }
             }
-            if to.write_all(&chunk).is_err() {
+            if to.write_all(&out).is_err() {
                 break;
             }
         }
@@ -354,7 +370,19 @@ fn client(args: &[String]) {
                     )
                 })
                 .collect();
-            eprintln!("   size {size:.0} {}", preds.join(" "));
+            eprintln!(
+                "   small q25/q50/n {:?}/{:?}/{} padded {:?}/{:?}/{} pad {}",
+                l.net.small_rtts.quantile(0.25),
+                l.net.small_rtts.median(),
+                l.net.small_rtts.len(),
+                l.net.padded_rtts.quantile(0.25),
+                l.net.padded_rtts.median(),
+                l.net.padded_rtts.len(),
+                l.net.pad
+            );
+            if std::env::var_os("HWQOS_TRACE_CODECS").is_some() {
+                eprintln!("   size {size:.0} {}", preds.join(" "));
+            }
         }
         if let Some(f) = &mut csv {
             let ep = s.endpoint();

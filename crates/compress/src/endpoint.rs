@@ -72,7 +72,9 @@ impl Default for StreamConfig {
             checksum: false,
             round_messages: 100,
             probe_every: 16,
-            probe_pad: 512,
+            // More than one packet: a padding that ends inside the first packet
+            // of a write is not delayed by its own length (see `encode`).
+            probe_pad: 2048,
             alpha: 0.3,
             link_ns_per_byte: None,
             throttle: Some(ThrottleConfig::default()),
@@ -581,9 +583,12 @@ impl Endpoint {
         }
         // The probe goes first and is stamped after compression, so its RTT
         // holds the network and the peer, not this end's compression time.
-        // While adaptive confidently sends uncompressed (a fast link) probes
-        // back off with its sampling, at most 64 times so RTT and link cost
-        // still follow the network; while it compresses they keep their pace.
+        // (Its end lies in the first packet of the write, so a padding shorter
+        // than a packet hardly delays it: the padding grows until the delay
+        // stands out, see `NetworkEstimate::next_pad`.) While adaptive
+        // confidently sends uncompressed (a fast link) probes back off with
+        // its sampling, at most 64 times so RTT and link cost still follow
+        // the network; while it compresses they keep their pace.
         if self.peer.is_some() && self.config.probe_every > 0 && self.until_probe == 0 {
             // Not before three padded probes measured the link with the
             // current padding (the padding may still have to grow).

@@ -313,7 +313,9 @@ impl Learner {
         }
         if pad != self.net.pad {
             if self.net.pad != 0 {
-                self.net.previous_link_ns_per_byte = self.net.link_ns_per_byte();
+                // A zero estimate is noise, not a free link: not kept.
+                self.net.previous_link_ns_per_byte =
+                    self.net.link_ns_per_byte().filter(|&v| v > 0.0);
             }
             self.net.padded_rtts.clear();
             self.net.pad = pad;

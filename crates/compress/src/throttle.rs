@@ -46,10 +46,13 @@ pub enum CpuAggregate {
 }
 
 impl CpuAggregate {
-    /// The `/proc` (or cgroup) source for this choice, read at most every 200 ms.
+    /// The `/proc` source for this choice, read at most every 200 ms, or the
+    /// cgroup source, read at most every 100 ms (cgroup usage is accounted
+    /// in nanoseconds, not in 10 ms ticks, so a shorter interval is not noise;
+    /// it is still one CFS period, so quota throttling averages out).
     pub fn source(self) -> Box<dyn CpuLoad> {
         match self {
-            CpuAggregate::Cgroup => Box::new(CgroupLoad::own(Duration::from_millis(200))),
+            CpuAggregate::Cgroup => Box::new(CgroupLoad::own(Duration::from_millis(100))),
             other => Box::new(ProcStatLoad::with_aggregate(other)),
         }
     }
@@ -336,8 +339,8 @@ impl Default for ThrottleConfig {
     fn default() -> Self {
         ThrottleConfig {
             target: 0.8,
-            kp: 0.1,
-            ki: 0.5,
+            kp: 0.2,
+            ki: 0.8,
             kd: 0.0,
             max_share: 1.0,
             integral_limit: 1.0,

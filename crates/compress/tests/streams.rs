@@ -343,3 +343,77 @@ fn probe_replies_are_piggybacked_or_flushed_before_blocking() {
     drop(a);
     assert_eq!(receiver.join().unwrap(), 1);
 }
+
+/// An async writer that counts its `poll_write` calls that wrote bytes.
+struct CountingWriter<W> {
+    inner: W,
+    writes: Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl<W: tokio::io::AsyncWrite + Unpin> tokio::io::AsyncWrite for CountingWriter<W> {
+    fn poll_write(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        let r = std::pin::Pin::new(&mut self.inner).poll_write(cx, buf);
+        if matches!(r, std::task::Poll::Ready(Ok(n)) if n > 0) {
+            self.writes
+                .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        }
+        r
+    }
+    fn poll_flush(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.inner).poll_flush(cx)
+    }
+    fn poll_shutdown(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}
+
+/// Like the blocking stream, the async receiver does not write a probe reply
+/// on its own while the message it came with is being handled: the reply
+/// rides in front of this end's next message (one write for both).
+#[test]
+fn async_probe_replies_ride_in_front_of_the_next_message() {
+    use std::sync::atomic::Ordering::SeqCst;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let (a, b) = tokio::io::duplex(1 << 16);
+        let (ar, aw) = tokio::io::split(a);
+        let (br, bw) = tokio::io::split(b);
+        let writes = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let bw = CountingWriter {
+            inner: bw,
+            writes: writes.clone(),
+        };
+        let reg = Arc::new(Registry::standard());
+        let cfg = config(PolicyKind::One("none".into()));
+        let (client, server) = tokio::join!(
+            AsyncMessageStream::handshake(ar, aw, cfg.clone(), reg.clone()),
+            AsyncMessageStream::handshake(br, bw, cfg, reg),
+        );
+        let (mut client, mut server) = (client.unwrap(), server.unwrap());
+        for i in 0..12u8 {
+            // Every one of the first messages carries a probe.
+            client.send_msg(&[i; 64]).await.unwrap();
+            let before = writes.load(SeqCst);
+            assert_eq!(server.recv_msg().await.unwrap().unwrap(), vec![i; 64]);
+            assert_eq!(writes.load(SeqCst), before, "reply written on its own");
+            server.send_msg(&[i; 64]).await.unwrap();
+            assert_eq!(writes.load(SeqCst), before + 1, "reply and echo in one write");
+            assert_eq!(client.recv_msg().await.unwrap().unwrap(), vec![i; 64]);
+        }
+        // The replies arrived (in front of the echoes): the client has an RTT.
+        assert!(client.stats().rtt_ns.is_some(), "{:?}", client.stats());
+    });
+}

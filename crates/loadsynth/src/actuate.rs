@@ -61,6 +61,21 @@ pub struct Actuators {
     knobs: BTreeMap<(LoadMetric, u32), Knob>,
     ranges: BTreeMap<(LoadMetric, u32), (f64, f64)>,
     work: BTreeMap<(LoadMetric, u32), WorkCounter>,
+    nice: Option<i32>,
+}
+
+/// Sets the calling thread's nice value.
+fn set_thread_nice(nice: i32) -> std::io::Result<()> {
+    let tid = nix::unistd::gettid().as_raw();
+    // SAFETY: setpriority on this thread's id; no memory is passed.
+    if unsafe { libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, nice) } != 0 {
+        let e = std::io::Error::last_os_error();
+        return Err(std::io::Error::new(
+            e.kind(),
+            format!("setting nice {nice} (negative values need CAP_SYS_NICE): {e}"),
+        ));
+    }
+    Ok(())
 }
 
 /// The knob range of a metric's generator under `cfg`'s caps.
@@ -138,6 +153,7 @@ impl Actuators {
             knobs: BTreeMap::new(),
             ranges: BTreeMap::new(),
             work: BTreeMap::new(),
+            nice: None,
         };
         for ((m, cpu), initial) in pairs {
             let range = knob_range(*m, cfg);
@@ -145,12 +161,31 @@ impl Actuators {
             act.knobs
                 .insert((*m, *cpu), Knob::new(initial.clamp(range.0, range.1)));
         }
+        if let Some(n) = cfg.nice {
+            if !(-20..=19).contains(&n) {
+                return Err(LoadError::Config(format!("nice = {n}: must lie in -20..=19")));
+            }
+        }
+        act.nice = cfg.nice;
         // Data-cache: one thread per CPU with one knob per level.
         for cpu in &dcache_cpus {
+            // A level without a target passes every read on (ratio 1) when a
+            // deeper level has one, and adds no misses (0) otherwise.
+            let deepest = caches
+                .levels
+                .iter()
+                .rposition(|(m, _)| act.knobs.contains_key(&(*m, *cpu)))
+                .unwrap_or(0);
             let knobs: Vec<Knob> = caches
                 .levels
                 .iter()
-                .map(|(m, _)| act.knobs.get(&(*m, *cpu)).cloned().unwrap_or_default())
+                .enumerate()
+                .map(|(i, (m, _))| {
+                    act.knobs
+                        .get(&(*m, *cpu))
+                        .cloned()
+                        .unwrap_or_else(|| Knob::new(if i < deepest { 1.0 } else { 0.0 }))
+                })
                 .collect();
             let geoms: Vec<dcache::Geometry> = caches.levels.iter().map(|(_, g)| *g).collect();
             let plan = dcache::Plan::new(&geoms).map_err(LoadError::Unsupported)?;
@@ -222,10 +257,14 @@ impl Actuators {
         ctx: Context,
         body: impl FnOnce(&Context) -> std::io::Result<()> + Send + 'static,
     ) -> Result<(), LoadError> {
+        let nice = self.nice;
         let handle = std::thread::Builder::new()
             .name(format!("loadgen-{name}"))
             .spawn(move || {
                 gen::pin_to_cpu(ctx.cpu)?;
+                if let Some(n) = nice {
+                    set_thread_nice(n)?;
+                }
                 body(&ctx)
             })
             .map_err(|e| LoadError::Io(format!("starting generator {name}"), e))?;

@@ -71,4 +71,8 @@ pub struct LoadConfig {
     pub io: IoSettings,
     /// Use 2 MiB transparent huge pages for the TLB generator.
     pub tlb_huge_pages: bool,
+    /// Nice value of the generator threads (-20..=19; negative values need
+    /// CAP_SYS_NICE). On a node where other work competes for the CPUs, a
+    /// negative value lets the generators get the CPU time their knobs ask for.
+    pub nice: Option<i32>,
 }

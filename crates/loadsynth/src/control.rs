@@ -11,8 +11,11 @@
 //! target moves back into reach.
 //!
 //! Coupled metrics (an L2 miss is also an L1 miss) are controlled deepest
-//! first: a shallower controller of the same CPU holds its integrator until
-//! every deeper one is within twice its tolerance, then tops up the rest.
+//! first: each step visits a CPU's controllers from the deepest cache level
+//! up, and a shallower controller integrates at a quarter of its rate until
+//! every deeper one is within twice its tolerance, then at full rate tops up
+//! the rest. (Not a hard hold: a deeper ratio needs the shallower levels'
+//! traffic to exist at all.)
 
 use crate::metric::LoadMetric;
 use crate::source::{Measurement, MetricSource};
@@ -91,15 +94,20 @@ impl Controller {
         self.knob
     }
 
-    /// One step: the new knob for `measured` over an interval of `dt_s` seconds.
-    /// `integrate: false` holds the integrator (coupled-metric sequencing).
-    pub fn step(&mut self, measured: f64, dt_s: f64, integrate: bool) -> f64 {
+    /// One step: the new knob for `measured` over an interval of `dt_s`
+    /// seconds, integrating at `integral_scale` (0..=1) of the full rate
+    /// (coupled-metric sequencing).
+    pub fn step(&mut self, measured: f64, dt_s: f64, integral_scale: f64) -> f64 {
         let dt = dt_s.clamp(1e-3, 10.0);
         let error = self.pid.setpoint - measured;
         let at_high = self.knob >= self.range.1 && error > 0.0;
         let at_low = self.knob <= self.range.0 && error < 0.0;
-        let hold = !integrate || at_high || at_low;
-        self.pid.ki = if hold { 0.0 } else { self.gains.ki * dt };
+        let hold = at_high || at_low;
+        self.pid.ki = if hold {
+            0.0
+        } else {
+            self.gains.ki * dt * integral_scale.clamp(0.0, 1.0)
+        };
         self.pid.kd = self.gains.kd / dt;
         let out = self.pid.next_control_output(measured);
         self.integral = out.i;
@@ -236,7 +244,7 @@ impl ClosedLoop {
                 .filter(|(dm, dc)| *dc == key.1 && dm.depth() > key.0.depth() && key.0.depth() > 0)
                 .all(|k| self.pair_within(k, 2.0));
             let c = self.controllers.get_mut(&key).expect("key from the map");
-            let knob = c.step(v, dt, deeper_settled);
+            let knob = c.step(v, dt, if deeper_settled { 1.0 } else { 0.25 });
             sink.set(key.0, key.1, knob);
         }
         let all = self.controllers.keys().all(|k| self.pair_within(k, 1.0));
@@ -306,7 +314,7 @@ mod tests {
         let mut c = Controller::new(0.3, 0.0, (0.0, 0.9), Gains::default_for(LoadMetric::CpuUtil));
         let mut knob = 0.0;
         for _ in 0..200 {
-            knob = c.step(0.5 + knob, 0.2, true);
+            knob = c.step(0.5 + knob, 0.2, 1.0);
             assert!((0.0..=0.9).contains(&knob));
         }
         assert_eq!(knob, 0.0);
@@ -314,7 +322,7 @@ mod tests {
         c.set_target(0.8);
         let mut steps = 0;
         while ((0.5 + knob) - 0.8f64).abs() > 0.01 {
-            knob = c.step(0.5 + knob, 0.2, true);
+            knob = c.step(0.5 + knob, 0.2, 1.0);
             steps += 1;
             assert!(steps < 40, "no recovery: knob {knob}");
         }

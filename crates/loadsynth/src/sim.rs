@@ -7,9 +7,10 @@
 //! `lag_s`), a background load, and these gains:
 //! - `cpu_util = min(1, background + knob)`;
 //! - page faults/s = background + knob; context switches/s = background + 1.9 × knob;
-//! - data cache: 1 access/ns; stream shares `a, b, c` (L1-only, L2, LLC knobs)
-//!   give L1 misses `a+b+c`, L2 misses `b+c`, LLC misses `c` per access, plus
-//!   a background of L1 misses.
+//! - data cache: 1 access/ns; the knobs are the miss ratios asked of L1, L2
+//!   and LLC (as for the real generator), turned into stream shares `a, b, c`
+//!   that give L1 misses `a+b+c`, L2 misses `b+c`, LLC misses `c` per access;
+//!   plus a background of L1 misses per access that also miss L2 (coupling).
 
 use crate::control::KnobSink;
 use crate::metric::LoadMetric;
@@ -108,18 +109,20 @@ impl MetricSource for SimPlant {
         }
         let now = self.sim.now();
         for &cpu in &self.cpus.clone() {
-            let (a, b, c) = (
+            let (r1, r2, r3) = (
                 self.eff(LoadMetric::L1dMissRatio, cpu),
                 self.eff(LoadMetric::L2MissRatio, cpu),
                 self.eff(LoadMetric::LlcMissRatio, cpu),
             );
-            let l1 = (a + b + c + self.bg(LoadMetric::L1dMissRatio, cpu)).min(1.0);
+            let (a, b, c) = (r1 * (1.0 - r2), r1 * r2 * (1.0 - r3), r1 * r2 * r3);
+            let bg = self.bg(LoadMetric::L1dMissRatio, cpu);
+            let l1 = (a + b + c + bg).min(1.0);
             let rates = [
                 ("hw.l1d.access", 1.0),
                 ("hw.l1d.miss", l1),
                 ("hw.l2.access", l1),
-                ("hw.l2.miss", b + c),
-                ("hw.llc.access", b + c),
+                ("hw.l2.miss", b + c + bg),
+                ("hw.llc.access", b + c + bg),
                 ("hw.llc.miss", c),
                 (
                     "sw.page_faults",

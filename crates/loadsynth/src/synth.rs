@@ -41,31 +41,14 @@ impl Default for SynthOptions {
 }
 
 /// The knob a controller starts from: the target itself (every knob has
-/// roughly unit gain on its metric), or for cache levels the stream share
-/// that gives the target ratio if nothing else ran.
+/// roughly unit gain on its metric: a duty cycle, a rate, or for the caches
+/// the miss ratio asked of that level).
 pub fn initial_knob(targets: &LoadTargets, metric: LoadMetric, cpu: u32) -> f64 {
-    let t = |m: LoadMetric| {
-        targets
-            .targets
-            .iter()
-            .find(|x| x.metric == m && x.cpu == cpu)
-            .map(|x| x.mean)
-    };
-    let mean = t(metric).unwrap_or(0.0);
-    match metric.depth() {
-        0 => mean,
-        _ => {
-            // Shares from the ratios present (absent deeper levels: 0).
-            let r1 = t(LoadMetric::L1dMissRatio).unwrap_or(0.0);
-            let r2 = t(LoadMetric::L2MissRatio).unwrap_or(0.0);
-            let r3 = t(LoadMetric::LlcMissRatio).unwrap_or(0.0);
-            match metric {
-                LoadMetric::L1dMissRatio => r1 * (1.0 - r2),
-                LoadMetric::L2MissRatio => r1 * r2 * (1.0 - r3),
-                _ => r1 * r2 * r3,
-            }
-        }
-    }
+    targets
+        .targets
+        .iter()
+        .find(|x| x.metric == metric && x.cpu == cpu)
+        .map_or(0.0, |x| x.mean)
 }
 
 /// Runs the closed loop for `targets` with actuators from `start` (normally

@@ -9,9 +9,9 @@
 //! hot lines, one per L1 set, that always hit. Each stream lives in its own
 //! set of every level, so streams never evict each other or the hot lines.
 //!
-//! The share of reads per stream is the knob; [`Plan::fractions_for`] turns
-//! per-level miss ratios (misses per access *at that level*, like
-//! `hw.llc.miss / hw.llc.access`) into those shares. Every block of 1024
+//! The knob of each level is the miss ratio asked for there;
+//! [`Plan::fractions_for`] turns per-level miss ratios (misses per access *at that level*, like
+//! `hw.llc.miss / hw.llc.access`) into those shares. Every block of 65536
 //! reads has the asked-for mix (fractions carried between blocks), and each
 //! stream's reads are one tight loop without other data accesses (no index
 //! arrays, no spills), so an external cache model sees exactly that mix.
@@ -206,8 +206,8 @@ impl Plan {
     }
 }
 
-/// Reads per block: each block holds the asked-for mix of stream and hot reads.
-const BLOCK: u64 = 1024;
+/// Reads per block (64 Ki: the per-block bookkeeping is < 0.1 % of the reads): each block holds the asked-for mix of stream and hot reads.
+const BLOCK: u64 = 65536;
 
 /// A mapped plan, ready to generate reads.
 pub struct Buffer {
@@ -233,7 +233,7 @@ impl Buffer {
         })
     }
 
-    /// Performs about `reads` reads (whole blocks of 1024) with stream shares
+    /// Performs about `reads` reads (whole blocks of 65536) with stream shares
     /// `fractions` (one per level; their sum is capped at 1) and returns a
     /// value derived from them. Each stream's reads within a block are one
     /// tight loop with no other memory accesses, so an external cache model
@@ -283,16 +283,19 @@ impl Buffer {
     }
 }
 
-/// Runs until stopped: reads continuously with the shares in `knobs`
-/// (one per level of `plan`).
+/// Runs until stopped: reads continuously with the per-level miss ratios in
+/// `knobs` (one per level of `plan`, each clamped to 0..=1). A knob is the
+/// ratio asked for at its level, so each has unit gain on its own metric and
+/// the levels do not interact in the generator.
 pub fn run(ctx: &Context, plan: Plan, knobs: &[Knob]) -> std::io::Result<()> {
-    let mut buf = Buffer::new(plan)?;
-    let mut fractions = vec![0.0; knobs.len()];
+    let mut buf = Buffer::new(plan.clone())?;
+    let mut ratios = vec![0.0; knobs.len()];
     let mut sink = 0u64;
     while !ctx.stop.is_stopped() {
-        for (f, k) in fractions.iter_mut().zip(knobs) {
-            *f = k.get();
+        for (r, k) in ratios.iter_mut().zip(knobs) {
+            *r = k.get().clamp(0.0, 1.0);
         }
+        let fractions = plan.fractions_for(&ratios).unwrap_or_default();
         sink = sink.wrapping_add(buf.read(&fractions, 100_000));
         ctx.done.add(100_000);
     }

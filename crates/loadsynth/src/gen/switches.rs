@@ -24,10 +24,15 @@ pub fn run(ctx: &Context, rate: &Knob) -> std::io::Result<()> {
     let (mut to_partner_r, mut to_partner_w) = pipe()?;
     let (mut back_r, mut back_w) = pipe()?;
     let cpu = ctx.cpu;
+    // The partner inherits nothing from a nice set later: copy ours.
+    // SAFETY: getpriority on this thread; errno is not consulted.
+    let nice = unsafe { libc::getpriority(libc::PRIO_PROCESS, nix::unistd::gettid().as_raw() as libc::id_t) };
     let partner = std::thread::Builder::new()
         .name(format!("loadgen-ctxsw-{cpu}"))
         .spawn(move || {
             let _ = pin_to_cpu(cpu);
+            // SAFETY: setpriority on this thread's id.
+            unsafe { libc::setpriority(libc::PRIO_PROCESS, nix::unistd::gettid().as_raw() as libc::id_t, nice) };
             let mut b = [0u8; 1];
             while to_partner_r.read_exact(&mut b).is_ok() && b[0] != 0 {
                 if back_w.write_all(&b).is_err() {

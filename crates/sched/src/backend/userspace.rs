@@ -1,24 +1,26 @@
 //! The userspace quota backend: works on any stock kernel with `perf_event`.
 //!
-//! Per thread of an enforced process and per quota event it opens two
-//! counters: a *quota* counter whose sample period is the remaining budget,
-//! armed for one overflow with `PERF_EVENT_IOC_REFRESH`, and an *accounting*
-//! counter that only counts (the exact per-period usage, independent of the
-//! overflow machinery). When a quota counter overflows the kernel sends a
-//! signal:
+//! Per thread of an enforced process and per quota event it opens one perf
+//! counter whose sample period is the quota, re-armed at every period
+//! boundary (see [`arm`]); its value at the boundary is the period's exact
+//! usage. When a counter overflows the kernel sends a signal:
 //!
 //! - [`OverflowRoute::Agent`] (the default): a real-time signal to the
 //!   backend's overflow thread (`F_SETOWN_EX` with `F_OWNER_TID`, `F_SETSIG`,
 //!   `O_ASYNC`), read through a `signalfd` with the counter's fd in
-//!   `ssi_fd`. The thread sums the process's usage over its threads and, when
-//!   the quota is used up, throttles the process (cgroup v2 freeze or
-//!   `SIGSTOP`, see [`ThrottleMethod`]); otherwise it re-arms the counter with
-//!   what is left.
+//!   `ssi_fd`. Each thread's counter is armed with the process's whole budget
+//!   for the period, so any overflow means the budget is used up and the
+//!   thread throttles the process at once (cgroup v2 freeze or `SIGSTOP`, see
+//!   [`ThrottleMethod`]).
 //! - [`OverflowRoute::Direct`]: `SIGSTOP` straight to the counted thread
 //!   (`F_SETOWN_EX` to the target, `F_SETSIG` = `SIGSTOP`): the kernel stops
 //!   the process on its way back to user space after the overflowing event,
-//!   with no agent wake-up in between (only with [`ThrottleMethod::Sigstop`];
-//!   each thread then has the whole quota, exact for single-threaded processes).
+//!   with no agent wake-up in between (only with [`ThrottleMethod::Sigstop`]).
+//!
+//! Either way the bound is per thread: a process is stopped as soon as one of
+//! its threads has counted the quota, so a period's total is the quota plus
+//! whatever the other threads counted meanwhile — exact for a process with one
+//! busy thread, at most `threads × quota` in the worst case.
 //!
 //! A renewal thread wakes at every period boundary (absolute deadlines, final
 //! approach with `hwqos_core::ticker::sleep_until`), reads the accounting
@@ -87,7 +89,6 @@ impl Default for UserspaceOptions {
 
 struct Counter {
     quota: OwnedFd,
-    acct: OwnedFd,
 }
 
 struct ThreadCounters {
@@ -99,10 +100,10 @@ struct Task {
     pid: u32,
     quotas: QuotaSet,
     threads: BTreeMap<u32, ThreadCounters>,
-    /// Accounting sums per event at the start of the current period.
-    period_start: Vec<u64>,
-    /// Accounting totals of threads that exited.
+    /// Counts of threads that exited during the current period.
     exited: Vec<u64>,
+    /// Counts of all completed periods.
+    completed: Vec<u64>,
     next_deadline_ns: u64,
     throttled_since_ns: Option<u64>,
     throttled_this_period: bool,
@@ -258,8 +259,8 @@ impl QuotaBackend for UserspaceBackend {
             pid,
             quotas: quotas.clone(),
             threads: BTreeMap::new(),
-            period_start: vec![0; quotas.events.len()],
             exited: vec![0; quotas.events.len()],
+            completed: vec![0; quotas.events.len()],
             next_deadline_ns: 0,
             throttled_since_ns: None,
             throttled_this_period: false,
@@ -323,7 +324,8 @@ impl QuotaBackend for UserspaceBackend {
         let t = st.tasks.get(&pid)?;
         let mut s = t.stats.clone();
         s.throttled = t.throttled_since_ns.is_some();
-        let totals = acct_sums(t);
+        let current = period_sums(t);
+        let totals: Vec<u64> = current.iter().zip(&t.completed).map(|(a, b)| a + b).collect();
         for (e, total) in s.events.iter_mut().zip(totals) {
             e.total = total;
         }
@@ -366,7 +368,7 @@ impl QuotaBackend for UserspaceBackend {
             for tid in old.iter().filter(|t| now.binary_search(t).is_err()) {
                 if let Some(tc) = task.threads.remove(tid) {
                     for (i, c) in tc.counters.iter().enumerate() {
-                        task.exited[i] += crate::counter::read(&c.acct).unwrap_or(0);
+                        task.exited[i] += crate::counter::read(&c.quota).unwrap_or(0);
                         by_fd.remove(&c.quota.as_raw_fd());
                     }
                 }
@@ -496,13 +498,12 @@ fn open_thread(
     let mut counters = Vec::new();
     for q in events {
         let quota = crate::counter::open(tid, &q.name, &q.attr, Some(q.quota))?;
-        let acct = crate::counter::open(tid, &q.name, &q.attr, None)?;
         let (owner, signal) = match opts.route {
             OverflowRoute::Agent => (overflow_tid, libc::SIGRTMIN() + opts.rt_signal_offset),
             OverflowRoute::Direct => (tid as i32, libc::SIGSTOP),
         };
         route_signal(quota.as_raw_fd(), owner, signal)?;
-        counters.push(Counter { quota, acct });
+        counters.push(Counter { quota });
     }
     Ok(ThreadCounters { counters })
 }
@@ -537,10 +538,12 @@ fn route_signal(fd: RawFd, owner_tid: i32, signal: i32) -> Result<(), SchedError
     Ok(())
 }
 
-/// Arms a quota counter for one overflow after `budget` events from now:
-/// disabled, the new period set while disabled (so the kernel restarts the
-/// period from zero when the counter is enabled again), reset, then
-/// `PERF_EVENT_IOC_REFRESH(1)`.
+/// Arms a quota counter to overflow after `budget` events from now: disabled,
+/// the new period set while disabled (so the kernel restarts the period from
+/// zero when the counter is enabled again), reset, enabled. The counter keeps
+/// counting after its overflow, so its value at the end of the period is the
+/// period's exact usage, overshoot included (the next overflow would come
+/// only after another `budget` events, which a throttled process never reaches).
 pub fn arm(fd: &OwnedFd, budget: u64) -> Result<(), SchedError> {
     let fd = fd.as_raw_fd();
     let mut period = budget.max(1);
@@ -551,18 +554,18 @@ pub fn arm(fd: &OwnedFd, budget: u64) -> Result<(), SchedError> {
             return Err(SchedError::last_os("PERF_EVENT_IOC_PERIOD"));
         }
         sys::ioctls::RESET(fd, 0);
-        if sys::ioctls::REFRESH(fd, 1) != 0 {
-            return Err(SchedError::last_os("PERF_EVENT_IOC_REFRESH"));
+        if sys::ioctls::ENABLE(fd, 0) != 0 {
+            return Err(SchedError::last_os("PERF_EVENT_IOC_ENABLE"));
         }
     }
     Ok(())
 }
 
-fn acct_sums(task: &Task) -> Vec<u64> {
+fn period_sums(task: &Task) -> Vec<u64> {
     let mut sums = task.exited.clone();
     for tc in task.threads.values() {
         for (i, c) in tc.counters.iter().enumerate() {
-            sums[i] += crate::counter::read(&c.acct).unwrap_or(0);
+            sums[i] += crate::counter::read(&c.quota).unwrap_or(0);
         }
     }
     sums
@@ -623,7 +626,7 @@ fn overflow_thread(shared: Arc<Shared>, ready: std::sync::mpsc::Sender<Result<()
 }
 
 fn on_overflow(st: &mut State, opts: &UserspaceOptions, fd: RawFd, got_ns: u64) {
-    let Some(&(pid, tid, idx)) = st.by_fd.get(&fd) else {
+    let Some(&(pid, _tid, idx)) = st.by_fd.get(&fd) else {
         return; // a counter closed since the signal was queued
     };
     let State {
@@ -638,26 +641,22 @@ fn on_overflow(st: &mut State, opts: &UserspaceOptions, fd: RawFd, got_ns: u64) 
     if task.throttled_since_ns.is_some() {
         return;
     }
-    let sums = acct_sums(task);
-    let quota = task.quotas.events[idx].quota;
-    let used = sums[idx].saturating_sub(task.period_start[idx]);
-    if used >= quota {
-        match throttle(task, opts) {
-            Ok(()) => {
-                let now = monotonic_ns();
-                stop_latency.record(now.saturating_sub(got_ns));
-                task.throttled_since_ns = Some(now);
-                task.throttled_this_period = true;
-                task.stats.nr_throttled += 1;
-                task.stats.events[idx].overflows += 1;
-            }
-            Err(e) => {
-                *errors += 1;
-                tracing::warn!(pid, error = %e, "could not throttle");
-            }
+    // Every quota counter is armed with the process's whole remaining budget
+    // for the period, so an overflow of any one thread's counter means the
+    // process has used at least its quota: throttle first, count later.
+    match throttle(task, opts) {
+        Ok(()) => {
+            let now = monotonic_ns();
+            stop_latency.record(now.saturating_sub(got_ns));
+            task.throttled_since_ns = Some(now);
+            task.throttled_this_period = true;
+            task.stats.nr_throttled += 1;
+            task.stats.events[idx].overflows += 1;
         }
-    } else if let Some(c) = task.threads.get(&tid).and_then(|t| t.counters.get(idx)) {
-        let _ = arm(&c.quota, quota - used);
+        Err(e) => {
+            *errors += 1;
+            tracing::warn!(pid, error = %e, "could not throttle");
+        }
     }
 }
 
@@ -729,23 +728,25 @@ fn renew_due(st: &mut State, opts: &UserspaceOptions) {
         }
         let period_ns = task.quotas.period.as_nanos() as u64;
         renew_lateness.record(now - task.next_deadline_ns);
-        let sums = acct_sums(task);
-        let used: Vec<u64> = sums
-            .iter()
-            .zip(&task.period_start)
-            .map(|(s, p)| s.saturating_sub(*p))
-            .collect();
-        // Direct route: the kernel stopped the process; find out from /proc.
+        // Read each counter and re-arm it at once: the period boundary is
+        // the re-arm, and the few events between the read and the reset
+        // belong to no period (never counted twice, never against the quota).
+        let mut used = std::mem::replace(&mut task.exited, vec![0; task.quotas.events.len()]);
+        for tc in task.threads.values() {
+            for (i, c) in tc.counters.iter().enumerate() {
+                used[i] += crate::counter::read(&c.quota).unwrap_or(0);
+                let _ = arm(&c.quota, task.quotas.events[i].quota);
+            }
+        }
+        for (t, u) in task.completed.iter_mut().zip(&used) {
+            *t += u;
+        }
+        // Direct route: the kernel stopped the process at the overflow.
         let stopped_by_kernel = opts.route == OverflowRoute::Direct
             && used
                 .iter()
                 .zip(&task.quotas.events)
                 .any(|(u, q)| *u >= q.quota);
-        for tc in task.threads.values() {
-            for (i, c) in tc.counters.iter().enumerate() {
-                let _ = arm(&c.quota, task.quotas.events[i].quota);
-            }
-        }
         let throttled = task.throttled_this_period || stopped_by_kernel;
         if throttled {
             thaw(task, opts);
@@ -771,7 +772,6 @@ fn renew_due(st: &mut State, opts: &UserspaceOptions) {
             throttled,
         });
         task.stats.nr_periods += 1;
-        task.period_start = sums;
         task.throttled_this_period = false;
         let mut next = task.next_deadline_ns + period_ns;
         if next <= now {
