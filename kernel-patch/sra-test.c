@@ -864,6 +864,98 @@ static int exec_probe(void)
 	return sra_stat(0, "nr_throttled") >= 3 ? 0 : 7;
 }
 
+/*
+ * (8) The hwqos-sra agent's SCHED_SRA backend (issue 7, item 5): a statically
+ * linked /hwqos-sra applies a contract with a page-fault quota to a faulting
+ * victim; the agent must pick the kernel backend on its own (/proc/sched_sra
+ * exists), the victim must be SCHED_SRA with the contract's quota and get
+ * throttled, and when the agent exits it must hand the victim back to CFS.
+ */
+#define AGENT "/hwqos-sra"
+#define AGENT_LOG "/run/hwqos-sra.log"
+
+static void scenario_agent(void)
+{
+	const char *name = "agent-sched-sra-backend";
+	char contract[512], path[64], line[512];
+	long long policy = -1, quota = -1, throttled = -1, after_policy = -1;
+	int backend_logged = 0, status, fd;
+	pid_t victim, agent;
+	FILE *f;
+
+	if (access(AGENT, X_OK)) {
+		result(0, name, "%s missing from the initramfs", AGENT);
+		return;
+	}
+	mkdir("/run", 0755);
+	victim = fork();
+	if (victim == 0) {
+		pin(1);
+		touch_init();
+		for (;;)
+			touch_one();
+	}
+	snprintf(contract, sizeof(contract),
+		 "{\"schema\": \"hwqos.contract/1\", \"entries\": [{\"name\": \"victim\", "
+		 "\"process\": \"pid:%d\", \"affinity\": [1], \"period_us\": 10000, "
+		 "\"quotas\": {\"sw.page_faults\": 20}}]}\n", (int)victim);
+	f = fopen("/run/contract.json", "w");
+	if (!f || fputs(contract, f) < 0 || fclose(f)) {
+		result(0, name, "cannot write /run/contract.json");
+		kill(victim, SIGKILL);
+		wait_child(victim);
+		return;
+	}
+	agent = fork();
+	if (agent == 0) {
+		fd = open(AGENT_LOG, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+		if (fd >= 0) {
+			dup2(fd, 1);
+			dup2(fd, 2);
+		}
+		execl(AGENT, AGENT, "apply", "/run/contract.json", "--backend", "auto",
+		      "--duration-s", "3", "--state-dir", "/run/hwqos-sra",
+		      (char *)NULL);
+		_exit(127);
+	}
+	/* Let the agent start and the victim run some periods under it. */
+	usleep(2000000);
+	policy = sra_stat(victim, "policy");
+	quota = -1;
+	proc_path(path, sizeof(path), victim);
+	f = fopen(path, "r");
+	if (f) {
+		while (fgets(line, sizeof(line), f)) {
+			int type, config;
+			long long q;
+
+			if (sscanf(line, "event0 %d %d %lld", &type, &config, &q) == 3)
+				quota = q;
+		}
+		fclose(f);
+	}
+	throttled = sra_stat(victim, "nr_throttled");
+	status = wait_child(agent);
+	after_policy = sra_stat(victim, "policy");
+	kill(victim, SIGKILL);
+	wait_child(victim);
+	f = fopen(AGENT_LOG, "r");
+	if (f) {
+		while (fgets(line, sizeof(line), f)) {
+			if (strstr(line, "sched_sra"))
+				backend_logged = 1;
+			printf("  agent: %s", line);
+		}
+		fclose(f);
+	}
+	result(status == 0 && policy == 8 && quota == 20 && throttled > 0 &&
+		       after_policy != 8 && backend_logged,
+	       name,
+	       "agent_exit=%d victim_policy_under_agent=%lld quota=%lld nr_throttled=%lld "
+	       "policy_after_agent=%lld backend_logged=%d",
+	       status, policy, quota, throttled, after_policy, backend_logged);
+}
+
 int main(int argc, char **argv)
 {
 	if (argc > 1 && !strcmp(argv[1], "exec-probe"))
@@ -897,6 +989,7 @@ int main(int argc, char **argv)
 		scenario_errors();
 		scenario_fork_exit();
 		scenario_overhead();
+		scenario_agent();
 	}
 	printf("SRA-TEST done failures=%d\n", failures);
 	fflush(stdout);

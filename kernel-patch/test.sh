@@ -10,6 +10,8 @@
 #   HWQOS_KERNEL_STRICT_OVERHEAD=1  also fail scenario 7 when the SRA
 #                       throughput is below 97% of CFS (a speed assertion;
 #                       off by default, the ratio is always printed)
+#   HWQOS_SRA_AGENT     a statically linked hwqos-sra for scenario 8 (default:
+#                       built here with cargo, -C target-feature=+crt-static)
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -85,11 +87,28 @@ fi
 run=$(mktemp -d)
 trap 'rm -rf "$run"' EXIT
 gcc -static -O2 -Wall -Wextra -Werror -o "$run/init" "$here/sra-test.c"
+# Scenario 8 runs the real agent: hwqos-sra linked statically against glibc
+# (no other Rust target can be downloaded here), so the initramfs needs no
+# loader or libraries.
+agent=${HWQOS_SRA_AGENT:-}
+if [[ -z $agent ]]; then
+	command -v cargo >/dev/null || die "cargo is needed to build the static hwqos-sra for scenario 8"
+	root=$(cd "$here/.." && pwd)
+	host=$(rustc -vV | sed -n 's/^host: //p')
+	log "building a static hwqos-sra ($host, +crt-static)"
+	(cd "$root" && RUSTFLAGS="-C target-feature=+crt-static" cargo build --quiet --release --locked \
+		-p hwqos-sra --target "$host" --target-dir "$root/target/static")
+	agent="$root/target/static/$host/release/hwqos-sra"
+fi
+readelf -l "$agent" | grep -q 'Requesting program interpreter' && die "$agent is dynamically linked"
 cat >"$run/initramfs.list" <<EOF
 dir /dev 0755 0 0
 nod /dev/console 0600 0 0 c 5 1
+nod /dev/null 0666 0 0 c 1 3
 dir /proc 0555 0 0
+dir /run 0755 0 0
 file /init $run/init 0755 0 0
+file /hwqos-sra $agent 0755 0 0
 EOF
 "$build/gen_init_cpio" "$run/initramfs.list" >"$run/initramfs.cpio"
 
@@ -101,7 +120,7 @@ timeout "$boot_timeout" qemu-system-x86_64 -accel tcg -smp 2 -m 512M \
 	-append "$append" >"$run/guest.log" 2>&1 || status=$?
 cp "$run/guest.log" "$cache/last-guest.log"
 
-grep -E '^(PASS|FAIL) ' "$run/guest.log" | tr -d '\r' || true
+grep -E '^(PASS|FAIL) |^  agent: ' "$run/guest.log" | tr -d '\r' || true
 failed=0
 if (( status == 124 )); then
 	echo "FAIL guest timed out after ${boot_timeout}s"
@@ -110,8 +129,8 @@ fi
 grep -q '^SRA-TEST done failures=0' "$run/guest.log" || failed=1
 grep -q '^FAIL ' "$run/guest.log" && failed=1
 passes=$(grep -c '^PASS ' "$run/guest.log" || true)
-if (( passes != 7 )); then
-	echo "FAIL expected 7 passing scenarios, got $passes"
+if (( passes != 8 )); then
+	echo "FAIL expected 8 passing scenarios, got $passes"
 	failed=1
 fi
 cpus=$(grep -o 'Brought up [0-9]* node[s]*, [0-9]* CPUs' "$run/guest.log" || true)
