@@ -908,6 +908,14 @@ static void scenario_agent(void)
 	}
 	agent = fork();
 	if (agent == 0) {
+		cpu_set_t all;
+		int c;
+
+		/* /init pins itself to CPU 0; the agent may use every CPU. */
+		CPU_ZERO(&all);
+		for (c = 0; c < 2; c++)
+			CPU_SET(c, &all);
+		sched_setaffinity(0, sizeof(all), &all);
 		fd = open(AGENT_LOG, O_WRONLY | O_CREAT | O_TRUNC, 0644);
 		if (fd >= 0) {
 			dup2(fd, 1);
@@ -918,18 +926,23 @@ static void scenario_agent(void)
 		      (char *)NULL);
 		_exit(127);
 	}
-	/* Let the agent start and the victim run some periods under it. */
-	usleep(2000000);
+	/* Wait for the agent to apply the contract (seconds under TCG), then let
+	 * the victim run some periods under it. */
+	for (int i = 0; i < 100 && sra_stat(victim, "policy") != 8; i++)
+		usleep(100000);
+	usleep(500000);
 	policy = sra_stat(victim, "policy");
 	quota = -1;
 	proc_path(path, sizeof(path), victim);
 	f = fopen(path, "r");
 	if (f) {
 		while (fgets(line, sizeof(line), f)) {
-			int type, config;
+			unsigned int type;
+			unsigned long long config;
 			long long q;
 
-			if (sscanf(line, "event0 %d %d %lld", &type, &config, &q) == 3)
+			/* "event0 <type> 0x<config> <quota>" */
+			if (sscanf(line, "event0 %u %llx %lld", &type, &config, &q) == 3)
 				quota = q;
 		}
 		fclose(f);
@@ -965,6 +978,9 @@ int main(int argc, char **argv)
 		mkdir("/proc", 0555);
 		if (mount("proc", "/proc", "proc", 0, NULL))
 			perror("mount /proc");
+		mkdir("/sys", 0555);
+		if (mount("sysfs", "/sys", "sysfs", 0, NULL))
+			perror("mount /sys");
 	}
 	pin(0);
 	{

@@ -106,6 +106,7 @@ dir /dev 0755 0 0
 nod /dev/console 0600 0 0 c 5 1
 nod /dev/null 0666 0 0 c 1 3
 dir /proc 0555 0 0
+dir /sys 0555 0 0
 dir /run 0755 0 0
 file /init $run/init 0755 0 0
 file /hwqos-sra $agent 0755 0 0
