@@ -15,7 +15,7 @@ if ! command -v cargo-deb >/dev/null 2>&1; then
 fi
 
 # Every binary the package ships (adding an agent: add its package here).
-cargo build --release --locked -p hwqos-monitor -p hwqos-relay -p hwqos-cli
+cargo build --release --locked -p hwqos-monitor -p hwqos-relay -p hwqos-loadgen -p hwqos-sra -p hwqos-cli
 cargo run --release --locked -q -p hwqos-dist --bin hwqos-dist-assets -- deploy/package/target/hwqos-dist >/dev/null
 mkdir -p "$out"
 cargo deb --locked -p hwqos-dist --no-build -o "$out" | tail -1

@@ -14,6 +14,9 @@ use std::path::{Path, PathBuf};
 pub fn commands() -> Vec<clap::Command> {
     vec![
         hwqos_monitor::cli::Cli::command(),
+        hwqos_relay::cli::Cli::command(),
+        hwqos_loadgen::cli::Cli::command(),
+        hwqos_sra::cli::Cli::command(),
         hwqos_cli::args::Cli::command(),
     ]
 }
@@ -89,6 +92,13 @@ mod tests {
         for flag in ["check\\-config", "list\\-events", "once", "rate"] {
             assert!(monitor.contains(flag), "hwqos-monitor.1 lacks {flag}");
         }
+        for agent in ["hwqos-relay", "hwqos-loadgen", "hwqos-sra"] {
+            let page = read(&format!("man/{agent}.1"));
+            assert!(page.contains(&format!(".TH {agent} 1")), "{page:.200}");
+            assert!(read(&format!("completions/bash/{agent}")).contains(agent));
+        }
+        assert!(read("man/hwqos-sra-apply.1").contains("contract"));
+        assert!(read("man/hwqos-loadgen-replay.1").contains("verify"));
         let stat = read("man/hwqos-stat.1");
         assert!(stat.contains(".TH hwqos-stat 1"), "{stat:.200}");
         assert!(read("completions/bash/hwqos-monitor").contains("--check-config"));
