@@ -11,8 +11,9 @@
 #   - `systemctl stop` is clean (exit 0, final flush written, socket gone);
 #   - `dpkg --purge` removes it; deploy/install.sh installs, starts,
 #     uninstalls and purges the same binaries.
-#   - (SRA issue: `kill -9 hwqos-sra` while it throttles a process leaves
-#     that process running — marked place in deploy/guest/check.sh.)
+#   - hwqos-sra (installed, not enabled) throttles a victim of another user
+#     under a page-fault quota; `kill -9` of the agent leaves the victim
+#     running (its guardian SIGCONTs it), and so does `systemctl stop`.
 #
 # The guest: debootstrap bookworm (cached in $HWQOS_BOOT_CACHE, default
 # /var/cache/hwqos-test-boot) booted with its own Debian kernel in

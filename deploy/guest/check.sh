@@ -64,9 +64,48 @@ if systemctl cat hwqos-relay.service >/dev/null 2>&1; then
   check "hwqos-relay is not enabled by the package" bash -c '! systemctl is-enabled --quiet hwqos-relay.service'
   check "hwqos-relay starts with the default config" systemctl start hwqos-relay.service
 fi
-# -- SRA (comes with the SRA issue): start hwqos-sra throttling a workload,
-# -- `kill -9` hwqos-sra, check the workload keeps running (state not T, no
-# -- cgroup freeze, no bandwidth cap left). Add the check here.
+# --- hwqos-sra: kill -9 while it throttles a process ------------------------
+# A victim owned by another user faults as fast as it can; the contract gives
+# it 20 page faults per 10 ms, so the agent keeps it stopped (state T) most of
+# the time. After `kill -9` of the agent's main process its guardian must
+# SIGCONT the victim at once; `systemctl stop` (ExecStopPost thaw) likewise.
+proc_state() { sed -n 's/^[0-9]* (.*) \([A-Za-z]\) .*/\1/p' "/proc/$1/stat" 2>/dev/null; }
+# True when the victim is seen stopped at least once in 50 samples 20 ms apart.
+seen_stopped() { local i; for ((i = 0; i < 50; i++)); do [ "$(proc_state "$1")" = T ] && return 0; sleep 0.02; done; return 1; }
+# True when the victim is running in every one of 25 samples 20 ms apart.
+never_stopped() { local i; for ((i = 0; i < 25; i++)); do [ "$(proc_state "$1")" = T ] && return 1; sleep 0.02; done; return 0; }
+sra_main() { systemctl show -p MainPID --value hwqos-sra.service; }
+sra_throttles() { curl -fsS --max-time 10 http://127.0.0.1:9466/metrics | awk '/^hwqos_sra_throttles[{ ]/ { s += $NF } END { print s + 0 }'; }
+if systemctl cat hwqos-sra.service >/dev/null 2>&1; then
+  check "hwqos-sra is not enabled by the package" bash -c '! systemctl is-enabled --quiet hwqos-sra.service'
+  systemd-run --unit=hwqos-victim --uid=nobody --quiet /usr/bin/hwqos-sra leech faults --working-set 16777216
+  poll 10 bash -c '[ "$(systemctl show -p MainPID --value hwqos-victim.service)" -gt 0 ]'
+  victim=$(systemctl show -p MainPID --value hwqos-victim.service)
+  printf '{"schema":"hwqos.contract/1","entries":[{"name":"victim","process":"pid:%s","period_us":10000,"quotas":{"sw.page_faults":20}}]}\n' \
+    "$victim" >/var/lib/hwqos-sra/contract.json
+  chown hwqos:hwqos /var/lib/hwqos-sra/contract.json 2>/dev/null || true
+  check "hwqos-sra starts with a contract for pid $victim" systemctl start hwqos-sra.service
+  check "hwqos-sra active" poll 30 systemctl is-active --quiet hwqos-sra.service
+  spid=$(sra_main)
+  check "hwqos-sra runs as user hwqos" test "$(ps -o user= -p "$spid" | tr -d ' ')" = hwqos
+  check "hwqos-sra reports its backend on /metrics" poll 30 bash -c 'curl -fsS --max-time 10 http://127.0.0.1:9466/metrics | grep -q "^hwqos_sra_info{backend=\"userspace\""'
+  check "hwqos-sra throttles the victim (throttles counted)" poll 30 bash -c "[ \"\$(curl -fsS --max-time 10 http://127.0.0.1:9466/metrics | awk '/^hwqos_sra_throttles[{ ]/ { s += \$NF } END { print s + 0 }')\" -gt 0 ]"
+  check "the victim is seen stopped while throttled" poll 10 seen_stopped "$victim"
+  kill -9 "$spid"
+  killed_at=$(date +%s%N)
+  if poll 2 never_stopped "$victim"; then
+    ok "kill -9 hwqos-sra: the victim runs again ($(( ($(date +%s%N) - killed_at) / 1000000 )) ms to a clean 0.5 s window)"
+  else bad "kill -9 hwqos-sra: the victim stays stopped"; fi
+  # systemd restarts the agent (Restart=on-failure), which throttles again;
+  # then a clean stop must leave the victim running too.
+  check "hwqos-sra restarted after the kill" poll 30 bash -c "p=\$(systemctl show -p MainPID --value hwqos-sra.service); [ \"\$p\" -gt 0 ] && [ \"\$p\" != $spid ]"
+  check "the restarted agent throttles again" poll 30 seen_stopped "$victim"
+  check "systemctl stop hwqos-sra" systemctl stop hwqos-sra.service
+  check "after stop: the victim is not stopped" poll 2 never_stopped "$victim"
+  check "after stop: no hwqos-sra process left" bash -c '! pgrep -x hwqos-sra -u hwqos >/dev/null'
+  systemctl stop hwqos-victim.service
+  journalctl -u hwqos-sra.service --no-pager -o cat | tail -8 | sed 's/^/journal: /'
+fi
 
 # --- the monitor as systemd runs it ----------------------------------------
 pid=$(main_pid)
