@@ -50,7 +50,7 @@ if len(sys.argv) in (4, 5) and sys.argv[1] == "--downsample":
     downsample(sys.argv[2], sys.argv[3], float(sys.argv[4]) if len(sys.argv) == 5 else 0.8)
     sys.exit(0)
 
-SPECIAL = ("change", "burner", "loopback-ab")
+SPECIAL = ("change", "burner", "loopback-ab", "1gbit-ab")
 
 res = sys.argv[1] if len(sys.argv) > 1 else "docs/experiments/results"
 rows = [json.loads(l) for l in open(os.path.join(res, "compression_rtt.jsonl")) if l.strip()]
@@ -106,21 +106,28 @@ for link, ds, bp, b, a, m, n in medians:
     print(f"| {link} | {ds} | {bp} | {b:.1f} | {a:.1f} | {100*(a/b-1):+.1f}% | {100*(m/b-1):+.1f}% | {100*(a/n-1):+.1f}% |")
 print()
 
-ab = [r for r in rows if r["label"] == "loopback-ab"]
-if ab:
+for label in ("loopback-ab", "1gbit-ab"):
+    ab = [r for r in rows if r["label"] == label]
+    if not ab:
+        continue
     reps = defaultdict(list)
     for r in ab:
         reps[(r["dataset"], r["policy"])].append(r)
     n = max(len(v) for v in reps.values())
-    print(f"## Loopback A/B: {n} interleaved repetitions of 20,000 messages (median over repetitions, µs)\n")
+    msgs = ab[0]["messages"]
+    print(f"## {label}: {n} interleaved repetitions of {msgs} messages (median over repetitions, µs)\n")
     print("| data set | policy | mean RTT | p50 | means of the repetitions | mean vs none | codecs sent (first repetition) |")
     print("|---|---|---:|---:|---|---:|---|")
+    pols = []
+    for r in ab:
+        if r["policy"] not in pols:
+            pols.append(r["policy"])
     for ds in ("Zeros", "Ones", "Realistic"):
         none = reps.get((ds, "one:none"))
         if not none:
             continue
         none_mean = statistics.median(r["mean_rtt_us"] for r in none)
-        for p in ("one:none", "adaptive", "majority"):
+        for p in pols:
             v = reps.get((ds, p))
             if not v:
                 continue

@@ -130,7 +130,7 @@ pub struct LoopArgs {
     #[arg(long, default_value_t = 8, value_name = "N")]
     pub needed: u32,
     /// Samples after convergence over which the stored knobs are averaged.
-    #[arg(long, default_value_t = 12, value_name = "N")]
+    #[arg(long, default_value_t = 24, value_name = "N")]
     pub hold: u32,
     /// Measure through a running hwqos-monitor's API socket instead of in-process counters.
     #[arg(long, value_name = "SOCKET")]

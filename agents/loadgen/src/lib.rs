@@ -53,7 +53,8 @@ impl AgentConfig {
     /// Reads and validates a TOML configuration.
     pub fn load(path: &Path) -> Result<AgentConfig, String> {
         let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
-        let c: AgentConfig = toml::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+        let c: AgentConfig =
+            toml::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))?;
         c.caps
             .validate()
             .map_err(|e| format!("{}: {e}", path.display()))?;
@@ -103,7 +104,11 @@ type libc_int = std::os::raw::c_int;
 /// every 5 ms, so generators see it within their ~10 ms slice).
 fn stop_on_signals(stop: &StopFlag) {
     use nix::sys::signal::{sigaction, SaFlags, SigAction, SigHandler, SigSet, Signal};
-    let action = SigAction::new(SigHandler::Handler(on_signal), SaFlags::empty(), SigSet::empty());
+    let action = SigAction::new(
+        SigHandler::Handler(on_signal),
+        SaFlags::empty(),
+        SigSet::empty(),
+    );
     for s in [Signal::SIGTERM, Signal::SIGINT] {
         // SAFETY: the handler only stores to an atomic (async-signal-safe).
         let _ = unsafe { sigaction(s, &action) };
@@ -141,17 +146,15 @@ fn measure_on(list: Option<&str>) -> Result<MeasureOn, Failure> {
     let Some(list) = list else {
         return Ok(MeasureOn::WholeCpu);
     };
-    let pids = list
-        .split(',')
-        .map(|p| match p.trim() {
-            "self" => Ok(std::process::id()),
-            p => p
-                .parse::<u32>()
-                .ok()
-                .filter(|n| *n > 0)
-                .ok_or_else(|| usage(format!("--measure-processes: `{p}` is not a PID or `self`"))),
-        })
-        .collect::<Result<Vec<u32>, Failure>>()?;
+    let pids =
+        list.split(',')
+            .map(|p| match p.trim() {
+                "self" => Ok(std::process::id()),
+                p => p.parse::<u32>().ok().filter(|n| *n > 0).ok_or_else(|| {
+                    usage(format!("--measure-processes: `{p}` is not a PID or `self`"))
+                }),
+            })
+            .collect::<Result<Vec<u32>, Failure>>()?;
     Ok(MeasureOn::Processes(pids))
 }
 
@@ -194,7 +197,10 @@ impl Bars {
                 b
             })
             .collect();
-        Bars { _multi: multi, bars }
+        Bars {
+            _multi: multi,
+            bars,
+        }
     }
 
     fn update(&self, status: &[PairStatus], pos: u64) {
@@ -266,8 +272,23 @@ fn parse_knob(s: &str) -> Result<((LoadMetric, u32), f64), String> {
     Ok(((metric, cpu), v))
 }
 
+/// Every pair's CPU must be online here.
+fn check_cpus(
+    pairs: &[((LoadMetric, u32), f64)],
+    topology: &hwqos_topology::Topology,
+) -> Result<(), Failure> {
+    let online = topology.online_cpus();
+    match pairs.iter().find(|((_, cpu), _)| !online.contains(cpu)) {
+        Some(((m, cpu), _)) => Err(usage(format!(
+            "{m} targets CPU {cpu}, which is not online on this node (online: {online:?})"
+        ))),
+        None => Ok(()),
+    }
+}
+
 fn this_node() -> Result<HardwareModel, Failure> {
-    HardwareModel::this_node().map_err(|e| Failure(1, format!("reading this node's hardware model: {e}")))
+    HardwareModel::this_node()
+        .map_err(|e| Failure(1, format!("reading this node's hardware model: {e}")))
 }
 
 /// Executes one command; returns the process exit code.
@@ -297,7 +318,9 @@ fn execute(cmd: Command, config: &AgentConfig, config_path: Option<&Path>) -> Re
         Command::CheckConfig => {
             println!(
                 "{}: ok",
-                config_path.map_or("(default configuration)".into(), |p| p.display().to_string())
+                config_path.map_or("(default configuration)".into(), |p| p
+                    .display()
+                    .to_string())
             );
             Ok(())
         }
@@ -312,7 +335,9 @@ fn execute(cmd: Command, config: &AgentConfig, config_path: Option<&Path>) -> Re
             let rec = hwqos_core::recording::read_recording(&recording)
                 .map_err(|e| usage(format!("{}: {e}", recording.display())))?;
             let hw = match hardware_model {
-                Some(p) => HardwareModel::load(&p).map_err(|e| usage(format!("{}: {e}", p.display())))?,
+                Some(p) => {
+                    HardwareModel::load(&p).map_err(|e| usage(format!("{}: {e}", p.display())))?
+                }
                 None => this_node()?,
             };
             let metrics: Vec<LoadMetric> = metrics
@@ -370,13 +395,21 @@ fn execute(cmd: Command, config: &AgentConfig, config_path: Option<&Path>) -> Re
             measure_processes,
         } => {
             let on = measure_on(measure_processes.as_deref())?;
-            let opts = ReplayArgs { duration, verify, dynamic, force, json, period_ms, on };
+            let opts = ReplayArgs {
+                duration,
+                verify,
+                dynamic,
+                force,
+                json,
+                period_ms,
+                on,
+            };
             replay(&model, &opts, &cfg, false)
         }
         Command::Run { model, dynamic } => {
-            let model = model
-                .or_else(|| config.run.model.clone())
-                .ok_or_else(|| usage("no model: give one or set [run] model in the configuration"))?;
+            let model = model.or_else(|| config.run.model.clone()).ok_or_else(|| {
+                usage("no model: give one or set [run] model in the configuration")
+            })?;
             let notify = sd_notify::notify;
             let _ = notify(&[sd_notify::NotifyState::Status("loading model")]);
             let opts = ReplayArgs {
@@ -395,11 +428,14 @@ fn execute(cmd: Command, config: &AgentConfig, config_path: Option<&Path>) -> Re
                 .iter()
                 .map(|k| parse_knob(k).map_err(usage))
                 .collect::<Result<_, _>>()?;
-            let node = this_node()?;
-            let act = synth::actuators_for(&pairs, &node.topology, &cfg)?;
+            let topology = hwqos_topology::Topology::this_node()
+                .map_err(|e| Failure(1, format!("reading this node's topology: {e}")))?;
+            check_cpus(&pairs, &topology)?;
+            let act = synth::actuators_for(&pairs, &topology, &cfg)?;
             let stop = act.stop_flag();
             stop_on_signals(&stop);
-            let end = duration.map(|d| std::time::Instant::now() + Duration::from_secs_f64(d.max(0.0)));
+            let end =
+                duration.map(|d| std::time::Instant::now() + Duration::from_secs_f64(d.max(0.0)));
             while !stop.is_stopped() && end.is_none_or(|e| std::time::Instant::now() < e) {
                 std::thread::sleep(Duration::from_millis(5));
                 if !act.finished().is_empty() {
@@ -421,7 +457,11 @@ fn execute(cmd: Command, config: &AgentConfig, config_path: Option<&Path>) -> Re
                 .map_err(usage)?;
             let ratios: Vec<f64> = ratios
                 .split(',')
-                .map(|r| r.trim().parse::<f64>().map_err(|_| format!("bad ratio `{r}`")))
+                .map(|r| {
+                    r.trim()
+                        .parse::<f64>()
+                        .map_err(|_| format!("bad ratio `{r}`"))
+                })
                 .collect::<Result<_, _>>()
                 .map_err(usage)?;
             let plan = dcache::Plan::new(&geoms).map_err(usage)?;
@@ -435,7 +475,12 @@ fn execute(cmd: Command, config: &AgentConfig, config_path: Option<&Path>) -> Re
     }
 }
 
-fn synthesize(targets_path: &Path, output: &Path, a: &LoopArgs, cfg: &LoadConfig) -> Result<(), Failure> {
+fn synthesize(
+    targets_path: &Path,
+    output: &Path,
+    a: &LoopArgs,
+    cfg: &LoadConfig,
+) -> Result<(), Failure> {
     let t = LoadTargets::load(targets_path)?;
     if t.targets.is_empty() {
         return Err(usage(format!("{}: no targets", targets_path.display())));
@@ -455,11 +500,14 @@ fn synthesize(targets_path: &Path, output: &Path, a: &LoopArgs, cfg: &LoadConfig
         .iter()
         .map(|x| ((x.metric, x.cpu), synth::initial_knob(&t, x.metric, x.cpu)))
         .collect();
+    check_cpus(&pairs, &node.topology)?;
     let wanted: Vec<(LoadMetric, u32)> = pairs.iter().map(|p| p.0).collect();
     let period = Duration::from_millis(a.period_ms.max(10));
     let on = measure_on(a.measure_processes.as_deref())?;
-    let source = open_source(&wanted, period, a.monitor_socket.as_deref(), on)?;
+    // Generators first, then the source: replay opens them in this order too,
+    // so both count the generator threads the same way.
     let mut act = synth::actuators_for(&pairs, &node.topology, cfg)?;
+    let source = open_source(&wanted, period, a.monitor_socket.as_deref(), on)?;
     let stop = act.stop_flag();
     stop_on_signals(&stop);
     let mut src = Stoppable {
@@ -481,15 +529,9 @@ fn synthesize(targets_path: &Path, output: &Path, a: &LoopArgs, cfg: &LoadConfig
             .collect();
         move |m: LoadMetric, c: u32| r.get(&(m, c)).copied().unwrap_or((0.0, 1.0))
     };
-    let result = synth::synthesize(
-        &t,
-        node,
-        &mut src,
-        &mut act,
-        &ranges,
-        &opts,
-        &mut |s, n| bars.update(s, n),
-    );
+    let result = synth::synthesize(&t, node, &mut src, &mut act, &ranges, &opts, &mut |s, n| {
+        bars.update(s, n)
+    });
     bars.finish();
     let stopped = act.stop();
     let model = result?;
@@ -499,7 +541,14 @@ fn synthesize(targets_path: &Path, output: &Path, a: &LoopArgs, cfg: &LoadConfig
         model.convergence_s, model.samples, a.period_ms
     );
     for e in &model.entries {
-        println!("{:>22}@{:<3} target {} knob {:.5}", e.metric.name(), e.cpu, fmt_value(e.metric, e.target), e.knob);
+        println!(
+            "{:>22}@{:<3} target {} measured {} knob {:.5}",
+            e.metric.name(),
+            e.cpu,
+            fmt_value(e.metric, e.target),
+            e.measured.map_or("-".into(), |m| fmt_value(e.metric, m)),
+            e.knob
+        );
     }
     model.save(output)?;
     Ok(())
@@ -516,7 +565,15 @@ struct ReplayArgs {
 }
 
 fn replay(model_path: &Path, a: &ReplayArgs, cfg: &LoadConfig, agent: bool) -> Result<(), Failure> {
-    let ReplayArgs { duration, verify, dynamic, force, json, period_ms, .. } = *a;
+    let ReplayArgs {
+        duration,
+        verify,
+        dynamic,
+        force,
+        json,
+        period_ms,
+        ..
+    } = *a;
     let model = LoadModel::load(model_path)?;
     let node = this_node()?;
     match model.check_node(&node) {
@@ -528,8 +585,12 @@ fn replay(model_path: &Path, a: &ReplayArgs, cfg: &LoadConfig, agent: bool) -> R
         Err(e) if force => tracing::warn!("{e} (replaying anyway: --force)"),
         Err(e) => return Err(e.into()),
     }
-    let pairs: Vec<((LoadMetric, u32), f64)> =
-        model.entries.iter().map(|e| ((e.metric, e.cpu), e.knob)).collect();
+    let pairs: Vec<((LoadMetric, u32), f64)> = model
+        .entries
+        .iter()
+        .map(|e| ((e.metric, e.cpu), e.knob))
+        .collect();
+    check_cpus(&pairs, &node.topology)?;
     let wanted: Vec<(LoadMetric, u32)> = pairs.iter().map(|p| p.0).collect();
     let cpu = wanted.first().map_or(0, |w| w.1);
     let mut act = Actuators::start(&pairs, &CacheLevels::of(&node.topology, cpu), cfg)?;
@@ -569,7 +630,22 @@ fn replay(model_path: &Path, a: &ReplayArgs, cfg: &LoadConfig, agent: bool) -> R
             bar.set_position(t as u64);
             let msg: Vec<String> = values
                 .iter()
-                .map(|((m, c), v)| format!("{m}@{c} {}", fmt_value(*m, *v)))
+                .map(|((m, c), v)| {
+                    let target = model
+                        .entries
+                        .iter()
+                        .find(|e| e.metric == *m && e.cpu == *c)
+                        .map(|e| e.target)
+                        .filter(|t| *t != 0.0);
+                    match target {
+                        Some(t) => format!(
+                            "{m}@{c} {} ({:+.1}%)",
+                            fmt_value(*m, *v),
+                            100.0 * (v - t) / t
+                        ),
+                        None => format!("{m}@{c} {}", fmt_value(*m, *v)),
+                    }
+                })
                 .collect();
             bar.set_message(msg.join("  "));
             if let Some(w) = watchdog {
@@ -589,7 +665,10 @@ fn replay(model_path: &Path, a: &ReplayArgs, cfg: &LoadConfig, agent: bool) -> R
     let deviations = result?;
     if verify {
         if json {
-            println!("{}", serde_json::to_string_pretty(&deviations).expect("serializes"));
+            println!(
+                "{}",
+                serde_json::to_string_pretty(&deviations).expect("serializes")
+            );
         } else {
             for d in &deviations {
                 println!(

@@ -251,6 +251,23 @@ mod tests {
     }
 
     #[test]
+    fn the_cpu_aggregate_reaches_the_throttle() {
+        for (name, want) in [
+            ("mean", hwqos_compress::CpuAggregate::Mean),
+            ("max", hwqos_compress::CpuAggregate::Max),
+            ("affinity", hwqos_compress::CpuAggregate::Affinity),
+            ("cgroup", hwqos_compress::CpuAggregate::Cgroup),
+        ] {
+            let text = format!("cpu_target = 0.7\ncpu_aggregate = \"{name}\"");
+            let c = Config::parse(&text, Path::new("x")).unwrap();
+            let t = c.stream_config().throttle.expect("a throttle");
+            assert_eq!((t.target, t.cpu_aggregate), (0.7, want), "{name}");
+        }
+        let e = Config::parse("cpu_aggregate = \"median\"", Path::new("x")).unwrap_err();
+        assert!(e.to_string().contains("cpu_aggregate"), "{e}");
+    }
+
+    #[test]
     fn errors_name_the_file_and_the_key() {
         let cases = [
             ("cpu_target = 1.5", "cpu_target"),

@@ -16,7 +16,9 @@ use hwqos_pmu::catalog::Catalog;
 use hwqos_pmu::sampler::{Sampler, SamplerConfig};
 use hwqos_pmu::target::{online_cpus, Resolver, TargetSelector};
 use hwqos_sched::analysis::{self, AnalysisParams};
-use hwqos_sched::backend::userspace::{OverflowRoute, ThrottleMethod, UserspaceBackend, UserspaceOptions};
+use hwqos_sched::backend::userspace::{
+    OverflowRoute, ThrottleMethod, UserspaceBackend, UserspaceOptions,
+};
 use hwqos_sched::backend::{detect, BackendKind, QuotaBackend, QuotaStats};
 use hwqos_sched::contract::{Contract, Skipped};
 use hwqos_sched::guardian::GuardianClient;
@@ -37,7 +39,11 @@ pub enum Throttle {
 }
 
 /// Parses backend / throttle / route words; `None` backend = auto.
-pub fn parse_enforce(backend: &str, throttle: &str, route: &str) -> Result<(Option<BackendKind>, Throttle, OverflowRoute), String> {
+pub fn parse_enforce(
+    backend: &str,
+    throttle: &str,
+    route: &str,
+) -> Result<(Option<BackendKind>, Throttle, OverflowRoute), String> {
     let b = match backend {
         "auto" => None,
         other => Some(other.parse::<BackendKind>().map_err(|e| e.to_string())?),
@@ -53,7 +59,9 @@ pub fn parse_enforce(backend: &str, throttle: &str, route: &str) -> Result<(Opti
         other => return Err(format!("route `{other}` (expected direct or agent)")),
     };
     if t == Throttle::Freeze && r == OverflowRoute::Direct {
-        return Err("throttle `freeze` needs route `agent` (the direct route stops with SIGSTOP)".into());
+        return Err(
+            "throttle `freeze` needs route `agent` (the direct route stops with SIGSTOP)".into(),
+        );
     }
     Ok((b, t, r))
 }
@@ -64,6 +72,7 @@ pub struct AgentOptions {
     pub throttle: Throttle,
     pub route: OverflowRoute,
     pub rt_priority: i32,
+    pub lending: bool,
     pub state_dir: PathBuf,
     pub proc_root: PathBuf,
 }
@@ -125,26 +134,33 @@ impl Agent {
         let kind = opts.backend.unwrap_or(detected);
         let mut freeze_parent = None;
         let backend: Box<dyn QuotaBackend> = match kind {
-            BackendKind::SchedSra => Box::new(hwqos_sched::backend::sched_sra::SchedSraBackend::open(&opts.proc_root)?),
+            BackendKind::SchedSra => Box::new(
+                hwqos_sched::backend::sched_sra::SchedSraBackend::open(&opts.proc_root)?,
+            ),
             BackendKind::Userspace => {
-                let method = match opts.throttle {
-                    Throttle::Sigstop => ThrottleMethod::Sigstop,
-                    Throttle::Freeze => {
-                        let mount = hwqos_pmu::target::cgroup2_mount(&opts.proc_root).ok_or_else(|| SchedError::Unsupported {
-                            backend: "userspace".into(),
-                            reason: "throttle = freeze but no cgroup2 mount in /proc/mounts".into(),
-                        })?;
-                        let parent = mount.join("hwqos-sra");
-                        freeze_parent = Some(parent.clone());
-                        ThrottleMethod::Freeze { parent }
-                    }
-                };
+                let method =
+                    match opts.throttle {
+                        Throttle::Sigstop => ThrottleMethod::Sigstop,
+                        Throttle::Freeze => {
+                            let mount = hwqos_pmu::target::cgroup2_mount(&opts.proc_root)
+                                .ok_or_else(|| SchedError::Unsupported {
+                                    backend: "userspace".into(),
+                                    reason:
+                                        "throttle = freeze but no cgroup2 mount in /proc/mounts"
+                                            .into(),
+                                })?;
+                            let parent = mount.join("hwqos-sra");
+                            freeze_parent = Some(parent.clone());
+                            ThrottleMethod::Freeze { parent }
+                        }
+                    };
                 Box::new(UserspaceBackend::start(
                     UserspaceOptions {
                         proc_root: opts.proc_root.clone(),
                         method,
                         route: opts.route,
                         realtime_priority: opts.rt_priority,
+                        lending: opts.lending,
                         ..UserspaceOptions::default()
                     },
                     guardian,
@@ -156,6 +172,7 @@ impl Agent {
             detected = detected.as_str(),
             throttle = ?opts.throttle,
             route = ?opts.route,
+            lending = opts.lending,
             "quota backend ready"
         );
         std::fs::create_dir_all(&opts.state_dir).map_err(|e| SchedError::File {
@@ -187,7 +204,11 @@ impl Agent {
     /// enforces the rest. Never fails as a whole: what cannot apply is
     /// skipped and logged.
     pub fn apply(&mut self, contract: Contract) {
-        tracing::info!(version = contract.version, entries = contract.entries.len(), "applying contract");
+        tracing::info!(
+            version = contract.version,
+            entries = contract.entries.len(),
+            "applying contract"
+        );
         for e in &contract.entries {
             for line in &e.explanation {
                 tracing::info!(entry = %e.name, "decision: {line}");
@@ -223,7 +244,12 @@ impl Agent {
             }
         }
         // Release what the contract no longer covers.
-        let stale: Vec<u32> = self.applied.keys().copied().filter(|p| !wanted.contains_key(p)).collect();
+        let stale: Vec<u32> = self
+            .applied
+            .keys()
+            .copied()
+            .filter(|p| !wanted.contains_key(p))
+            .collect();
         for pid in stale {
             let _ = self.backend.release(pid);
             self.applied.remove(&pid);
@@ -260,10 +286,16 @@ impl Agent {
             let previous = self.applied.get(&pid).cloned();
             match &r.quotas {
                 Some(q) => {
-                    let unchanged = previous.as_ref().is_some_and(|p| p.enforced && p.entry == r.entry.name)
+                    let unchanged = previous
+                        .as_ref()
+                        .is_some_and(|p| p.enforced && p.entry == r.entry.name)
                         && !is_new
                         && self.backend.stats(pid).is_some_and(|s| {
-                            s.events.len() == q.events.len() && s.events.iter().zip(&q.events).all(|(a, b)| a.quota == b.quota && a.name == b.name)
+                            s.events.len() == q.events.len()
+                                && s.events
+                                    .iter()
+                                    .zip(&q.events)
+                                    .all(|(a, b)| a.quota == b.quota && a.name == b.name)
                         });
                     if unchanged {
                         applied.enforced = true;
@@ -299,7 +331,8 @@ impl Agent {
         };
         let path = self.opts.state_dir.join(STATE_FILE);
         let tmp = self.opts.state_dir.join(format!(".{STATE_FILE}.tmp"));
-        let ok = std::fs::write(&tmp, serde_json::to_vec(&state).unwrap_or_default()).and_then(|_| std::fs::rename(&tmp, &path));
+        let ok = std::fs::write(&tmp, serde_json::to_vec(&state).unwrap_or_default())
+            .and_then(|_| std::fs::rename(&tmp, &path));
         if let Err(e) = ok {
             tracing::warn!(path = %path.display(), error = %e, "cannot write the throttle state");
         }
@@ -314,7 +347,11 @@ impl Agent {
             contract_version: self.contract.as_ref().map(|c| c.version).unwrap_or(0),
             evaluations: self.evaluations,
             applied: self.applied.clone(),
-            quota: self.applied.keys().filter_map(|p| self.backend.stats(*p).map(|s| (*p, s))).collect(),
+            quota: self
+                .applied
+                .keys()
+                .filter_map(|p| self.backend.stats(*p).map(|s| (*p, s)))
+                .collect(),
             skipped: self.skipped.clone(),
             apply_errors: self.apply_errors,
             stop_latency_p50_ns: lat.as_ref().and_then(|h| h.percentile(50.0)),
@@ -324,7 +361,11 @@ impl Agent {
 
     /// Per-period usage of every enforced process (for `apply --history-out`).
     pub fn histories(&self) -> BTreeMap<u32, Vec<hwqos_sched::backend::PeriodUsage>> {
-        self.backend.enforced().into_iter().map(|p| (p, self.backend.history(p))).collect()
+        self.backend
+            .enforced()
+            .into_iter()
+            .map(|p| (p, self.backend.history(p)))
+            .collect()
     }
 
     /// Releases everything (no process is left throttled) and clears the state file.
@@ -367,7 +408,12 @@ pub fn thaw_from_state(state_dir: &Path) -> (usize, usize) {
 }
 
 /// `hwqos-sra run`: the monitor → analyse → decide → apply loop.
-pub fn run_loop(config: &Config, agent: &mut Agent, stop: &AtomicBool, snapshot: &Mutex<Snapshot>) -> anyhow::Result<()> {
+pub fn run_loop(
+    config: &Config,
+    agent: &mut Agent,
+    stop: &AtomicBool,
+    snapshot: &Mutex<Snapshot>,
+) -> anyhow::Result<()> {
     let a = &config.agent;
     let catalog = Catalog::for_this_node();
     let sampler_cfg = SamplerConfig {
@@ -378,7 +424,12 @@ pub fn run_loop(config: &Config, agent: &mut Agent, stop: &AtomicBool, snapshot:
         ..SamplerConfig::default()
     };
     let resolver = Resolver::for_this_node().excluding_pid(Some(std::process::id()));
-    let mut sampler = Sampler::new(sampler_cfg, &catalog, Box::new(PerfBackend::for_this_node()), resolver)?;
+    let mut sampler = Sampler::new(
+        sampler_cfg,
+        &catalog,
+        Box::new(PerfBackend::for_this_node()),
+        resolver,
+    )?;
     for u in sampler.unavailable() {
         tracing::warn!(event = %u.name, reason = %u.reason, "event not countable here");
     }
@@ -418,6 +469,10 @@ pub fn run_loop(config: &Config, agent: &mut Agent, stop: &AtomicBool, snapshot:
         }
         frames.push_back(frame);
         if last_maintain.elapsed() >= Duration::from_secs(1) {
+            // The loop makes progress: tell systemd's watchdog (WatchdogSec=30s).
+            if sd_notify::watchdog_enabled().is_some() {
+                let _ = sd_notify::notify(&[sd_notify::NotifyState::Watchdog]);
+            }
             agent.maintain();
             *snapshot.lock().unwrap_or_else(|p| p.into_inner()) = agent.snapshot();
             last_maintain = Instant::now();
@@ -427,10 +482,18 @@ pub fn run_loop(config: &Config, agent: &mut Agent, stop: &AtomicBool, snapshot:
         }
         last_eval = Instant::now();
         let list: Vec<Frame> = frames.drain(..).collect();
-        let updated = evaluate(&list, &config.monitor.x_metric, &config.monitor.targets, &params, &mut model);
+        let updated = evaluate(
+            &list,
+            &config.monitor.x_metric,
+            &config.monitor.targets,
+            &params,
+            &mut model,
+        );
         agent.evaluations += 1;
         if updated == 0 {
-            tracing::info!("evaluation: no process with both resource samples and x; contract unchanged");
+            tracing::info!(
+                "evaluation: no process with both resource samples and x; contract unchanged"
+            );
             continue;
         }
         if let Err(e) = model.save(&a.model) {
@@ -466,12 +529,21 @@ fn save_atomic(path: &Path, bytes: &[u8]) {
 
 /// Analyses the frames of one evaluation period and updates the model;
 /// returns how many processes were updated.
-pub fn evaluate(frames: &[Frame], x_metric: &str, targets: &[TargetSelector], params: &AnalysisParams, model: &mut SensitivityModel) -> usize {
+pub fn evaluate(
+    frames: &[Frame],
+    x_metric: &str,
+    targets: &[TargetSelector],
+    params: &AnalysisParams,
+    model: &mut SensitivityModel,
+) -> usize {
     let resolver = Resolver::for_this_node();
     let per_process = analysis::from_frames(frames, x_metric);
     let mut updated = 0;
     for (scope, series) in &per_process {
-        let Some(pid) = scope.strip_prefix("pid:").and_then(|p| p.parse::<u32>().ok()) else {
+        let Some(pid) = scope
+            .strip_prefix("pid:")
+            .and_then(|p| p.parse::<u32>().ok())
+        else {
             continue;
         };
         let result = match analysis::analyse(series, params) {
@@ -503,7 +575,11 @@ pub fn evaluate(frames: &[Frame], x_metric: &str, targets: &[TargetSelector], pa
                 Some((mean / interval).clamp(0.01, 4096.0))
             })
             .unwrap_or(1.0);
-        let old = model.processes.iter().find(|p| p.process == selector).cloned();
+        let old = model
+            .processes
+            .iter()
+            .find(|p| p.process == selector)
+            .cloned();
         model.upsert(ProcessModel {
             process: selector,
             sensitive_to: result

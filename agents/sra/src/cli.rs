@@ -63,6 +63,10 @@ pub struct EnforceArgs {
     /// SCHED_FIFO priority of the quota threads (0: none).
     #[arg(long, default_value_t = 10)]
     pub rt_priority: i32,
+    /// MemGuard-style lending of unused budget between processes with the
+    /// same event and period (userspace backend, route agent).
+    #[arg(long)]
+    pub lend: bool,
     /// State directory (the list of throttled processes for `thaw`).
     #[arg(long, default_value = "/run/hwqos-sra")]
     pub state_dir: PathBuf,

@@ -12,6 +12,7 @@
 //! throttle = "sigstop"           # sigstop | freeze
 //! route = "direct"               # direct | agent
 //! rt_priority = 10
+//! lending = false                # MemGuard-style lending (route = "agent")
 //!
 //! [monitor]
 //! targets = ["name:victim"]
@@ -70,6 +71,8 @@ pub struct AgentSection {
     pub throttle: String,
     pub route: String,
     pub rt_priority: i32,
+    /// MemGuard-style lending of unused budget (needs route = "agent").
+    pub lending: bool,
     /// Samples kept per evaluation (bounds memory).
     pub max_frames: usize,
 }
@@ -87,6 +90,7 @@ impl Default for AgentSection {
             throttle: "sigstop".into(),
             route: "direct".into(),
             rt_priority: 10,
+            lending: false,
             max_frames: 36_000,
         }
     }
@@ -149,16 +153,27 @@ impl Config {
                 a.evaluation_period_s
             )));
         }
-        if a.sample_interval_ms == 0 || a.sample_interval_ms as f64 > a.evaluation_period_s * 1000.0 / 3.0 {
+        if a.sample_interval_ms == 0
+            || a.sample_interval_ms as f64 > a.evaluation_period_s * 1000.0 / 3.0
+        {
             return Err(bad(format!(
                 "agent.sample_interval_ms = {} (positive, at most a third of the evaluation period)",
                 a.sample_interval_ms
             )));
         }
         if !(1..=10_000_000).contains(&a.max_frames) {
-            return Err(bad(format!("agent.max_frames = {} (1..=10000000)", a.max_frames)));
+            return Err(bad(format!(
+                "agent.max_frames = {} (1..=10000000)",
+                a.max_frames
+            )));
         }
-        crate::agent::parse_enforce(&a.backend, &a.throttle, &a.route).map_err(|e| bad(format!("agent: {e}")))?;
+        crate::agent::parse_enforce(&a.backend, &a.throttle, &a.route)
+            .map_err(|e| bad(format!("agent: {e}")))?;
+        if a.lending && a.route != "agent" {
+            return Err(bad(
+                "agent.lending = true needs agent.route = \"agent\"".into()
+            ));
+        }
         if c.monitor.targets.is_empty() {
             return Err(bad("monitor.targets is empty".into()));
         }
@@ -169,7 +184,11 @@ impl Config {
             )));
         }
         let an = &c.analysis;
-        if an.step_ms == 0 || !(0.0..=1.0).contains(&an.threshold) || an.filter_cutoff <= 0.0 || !(1..=8).contains(&an.filter_order) {
+        if an.step_ms == 0
+            || !(0.0..=1.0).contains(&an.threshold)
+            || an.filter_cutoff <= 0.0
+            || !(1..=8).contains(&an.filter_order)
+        {
             return Err(bad(format!(
                 "analysis: step_ms {} > 0, threshold {} in [0, 1], filter_order {} in 1..=8, filter_cutoff {} > 0",
                 an.step_ms, an.threshold, an.filter_order, an.filter_cutoff
@@ -204,8 +223,15 @@ mod tests {
         let base = "[monitor]\ntargets = [\"name:a\"]\nx_metric = \"app.x\"\n";
         assert!(Config::parse(base, p).is_ok());
         let cases = [
-            (format!("{base}[agent]\nevaluation_period_s = 0\n"), "evaluation_period_s"),
+            (
+                format!("{base}[agent]\nevaluation_period_s = 0\n"),
+                "evaluation_period_s",
+            ),
             (format!("{base}[agent]\nthrottle = \"nap\"\n"), "throttle"),
+            (
+                format!("{base}[agent]\nlending = true\n"),
+                "lending = true needs",
+            ),
             (base.replace("app.x", "x"), "x_metric"),
             (base.replace("\"name:a\"", "\"pid:x\""), "invalid target"),
             (format!("{base}[analysis]\nthreshold = 3\n"), "threshold 3"),

@@ -6,7 +6,9 @@ use anyhow::Context as _;
 use clap::Parser;
 use hwqos_sched::guardian::GuardianClient;
 use hwqos_sra::agent::{self, Agent, AgentOptions, SharedSnapshot, Snapshot};
-use hwqos_sra::cli::{AnalyseArgs, Cli, Command, DecideArgs, EnforceArgs, FindLimitArgs, LeechArgs};
+use hwqos_sra::cli::{
+    AnalyseArgs, Cli, Command, DecideArgs, EnforceArgs, FindLimitArgs, LeechArgs,
+};
 use hwqos_sra::config::Config;
 use std::io::IsTerminal;
 use std::path::PathBuf;
@@ -55,7 +57,10 @@ fn main() -> ExitCode {
         )
         .init();
     let result = match cli.command {
-        Command::Run { config, check_config } => cmd_run(config, check_config),
+        Command::Run {
+            config,
+            check_config,
+        } => cmd_run(config, check_config),
         Command::Apply(a) => cmd_apply(a),
         Command::Analyse(a) => cmd_analyse(a),
         Command::Decide(a) => cmd_decide(a),
@@ -97,12 +102,17 @@ fn spawn_guardian() -> anyhow::Result<GuardianClient> {
 }
 
 fn agent_options(e: &EnforceArgs) -> anyhow::Result<AgentOptions> {
-    let (backend, throttle, route) = agent::parse_enforce(&e.backend, &e.throttle, &e.route).map_err(bad)?;
+    let (backend, throttle, route) =
+        agent::parse_enforce(&e.backend, &e.throttle, &e.route).map_err(bad)?;
+    if e.lend && route != hwqos_sched::backend::userspace::OverflowRoute::Agent {
+        return Err(bad("--lend needs --route agent"));
+    }
     Ok(AgentOptions {
         backend,
         throttle,
         route,
         rt_priority: e.rt_priority,
+        lending: e.lend,
         state_dir: e.state_dir.clone(),
         proc_root: PathBuf::from("/proc"),
     })
@@ -130,7 +140,10 @@ impl Service {
         let s = stop.clone();
         rt.spawn(async move {
             use tokio::signal::unix::{signal, SignalKind};
-            let (Ok(mut term), Ok(mut int)) = (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) else {
+            let (Ok(mut term), Ok(mut int)) = (
+                signal(SignalKind::terminate()),
+                signal(SignalKind::interrupt()),
+            ) else {
                 return;
             };
             tokio::select! {
@@ -145,9 +158,18 @@ impl Service {
                 .map_err(|e| bad(format!("metrics_listen {addr}: {e}")))?;
             let local = listener.local_addr()?;
             eprintln!("metrics on {local}");
-            rt.spawn(hwqos_sra::metrics::serve(listener, snapshot.clone(), stop_rx));
+            rt.spawn(hwqos_sra::metrics::serve(
+                listener,
+                snapshot.clone(),
+                stop_rx,
+            ));
         }
-        Ok(Service { rt, stop, stop_tx, snapshot })
+        Ok(Service {
+            rt,
+            stop,
+            stop_tx,
+            snapshot,
+        })
     }
 
     fn publish(&self, a: &Agent) {
@@ -170,8 +192,10 @@ fn watchdog_tick(last: &mut Instant) {
 }
 
 fn cmd_apply(a: hwqos_sra::cli::ApplyArgs) -> anyhow::Result<()> {
-    let text = std::fs::read_to_string(&a.contract).map_err(|e| bad(format!("{}: {e}", a.contract.display())))?;
-    let contract = hwqos_sched::contract::Contract::parse(&text).map_err(|e| bad(format!("{}: {e}", a.contract.display())))?;
+    let text = std::fs::read_to_string(&a.contract)
+        .map_err(|e| bad(format!("{}: {e}", a.contract.display())))?;
+    let contract = hwqos_sched::contract::Contract::parse(&text)
+        .map_err(|e| bad(format!("{}: {e}", a.contract.display())))?;
     let guardian = spawn_guardian()?;
     let opts = agent_options(&a.enforce)?;
     let service = Service::start(a.metrics_listen.as_deref())?;
@@ -180,7 +204,9 @@ fn cmd_apply(a: hwqos_sra::cli::ApplyArgs) -> anyhow::Result<()> {
     service.publish(&agent);
     notify(&[sd_notify::NotifyState::Ready]);
     eprintln!("applied; enforcing until SIGTERM");
-    let deadline = a.duration_s.map(|s| Instant::now() + Duration::from_secs_f64(s));
+    let deadline = a
+        .duration_s
+        .map(|s| Instant::now() + Duration::from_secs_f64(s));
     let mut wd = Instant::now();
     while !service.stop.load(Ordering::SeqCst) && deadline.is_none_or(|d| Instant::now() < d) {
         std::thread::sleep(Duration::from_millis(200));
@@ -200,7 +226,10 @@ fn cmd_apply(a: hwqos_sra::cli::ApplyArgs) -> anyhow::Result<()> {
         std::fs::write(path, out).with_context(|| format!("writing {}", path.display()))?;
     }
     let snap = agent.snapshot();
-    eprintln!("final state: {}", serde_json::to_string(&snap.quota).unwrap_or_default());
+    eprintln!(
+        "final state: {}",
+        serde_json::to_string(&snap.quota).unwrap_or_default()
+    );
     if let (Some(p50), Some(p99)) = (snap.stop_latency_p50_ns, snap.stop_latency_p99_ns) {
         eprintln!("overflow signal read -> throttle issued: p50 {p50} ns, p99 {p99} ns");
     }
@@ -222,6 +251,7 @@ fn cmd_run(path: PathBuf, check: bool) -> anyhow::Result<()> {
         throttle: a.throttle.clone(),
         route: a.route.clone(),
         rt_priority: a.rt_priority,
+        lend: a.lending,
         state_dir: a.state_dir.clone(),
     };
     let service = Service::start(a.metrics_listen.as_deref())?;
@@ -238,7 +268,8 @@ fn cmd_run(path: PathBuf, check: bool) -> anyhow::Result<()> {
 }
 
 fn cmd_analyse(a: AnalyseArgs) -> anyhow::Result<()> {
-    let rec = hwqos_core::recording::read_recording(&a.recording).map_err(|e| bad(e.to_string()))?;
+    let rec =
+        hwqos_core::recording::read_recording(&a.recording).map_err(|e| bad(e.to_string()))?;
     let params = hwqos_sched::analysis::AnalysisParams {
         step_ns: a.step_ms.max(1) * 1_000_000,
         filter_order: a.order,
@@ -302,7 +333,8 @@ fn cmd_analyse(a: AnalyseArgs) -> anyhow::Result<()> {
 }
 
 fn cmd_decide(a: DecideArgs) -> anyhow::Result<()> {
-    let model = hwqos_sched::model::SensitivityModel::load(&a.model).map_err(|e| bad(e.to_string()))?;
+    let model =
+        hwqos_sched::model::SensitivityModel::load(&a.model).map_err(|e| bad(e.to_string()))?;
     let topo = hwqos_topology::Topology::read(&a.topology_root).map_err(|e| bad(e.to_string()))?;
     let d = hwqos_sched::decision::decide(&topo, &model)?;
     for e in &d.contract.entries {
@@ -313,15 +345,23 @@ fn cmd_decide(a: DecideArgs) -> anyhow::Result<()> {
     }
     let json = d.contract.to_json();
     match &a.out {
-        Some(p) => std::fs::write(p, json + "\n").with_context(|| format!("writing {}", p.display()))?,
+        Some(p) => {
+            std::fs::write(p, json + "\n").with_context(|| format!("writing {}", p.display()))?
+        }
         None => println!("{json}"),
     }
     Ok(())
 }
 
-fn leech_spec(kind: &str, working_set: usize, stride: usize) -> anyhow::Result<hwqos_sched::leech::LeechSpec> {
+fn leech_spec(
+    kind: &str,
+    working_set: usize,
+    stride: usize,
+) -> anyhow::Result<hwqos_sched::leech::LeechSpec> {
     Ok(hwqos_sched::leech::LeechSpec {
-        kind: kind.parse().map_err(|e: hwqos_sched::SchedError| bad(e.to_string()))?,
+        kind: kind
+            .parse()
+            .map_err(|e: hwqos_sched::SchedError| bad(e.to_string()))?,
         working_set,
         stride,
     })
@@ -341,29 +381,47 @@ fn cmd_leech(a: LeechArgs) -> anyhow::Result<()> {
         return Err(bad(format!("--duty {} is not in [0, 1]", a.duty)));
     }
     let spec = leech_spec(&a.kind, a.working_set, a.stride)?;
-    let duty = Arc::new(AtomicU64::new((a.duty * hwqos_sched::leech::DUTY_FULL as f64) as u64));
+    let duty = Arc::new(AtomicU64::new(
+        (a.duty * hwqos_sched::leech::DUTY_FULL as f64) as u64,
+    ));
     let work = Arc::new(AtomicU64::new(0));
     let service = Service::start(None)?;
     let mut handles = Vec::new();
     for _ in 0..a.threads.max(1) {
-        let (spec, duty, stop, work, cpu) = (spec.clone(), duty.clone(), service.stop.clone(), work.clone(), a.cpu);
+        let (spec, duty, stop, work, cpu) = (
+            spec.clone(),
+            duty.clone(),
+            service.stop.clone(),
+            work.clone(),
+            a.cpu,
+        );
         handles.push(std::thread::spawn(move || -> anyhow::Result<()> {
             pin_self(cpu)?;
             hwqos_sched::leech::run(&spec, &duty, &stop, &work)?;
             Ok(())
         }));
     }
-    let deadline = a.duration_s.map(|s| Instant::now() + Duration::from_secs_f64(s));
+    let deadline = a
+        .duration_s
+        .map(|s| Instant::now() + Duration::from_secs_f64(s));
     let start = Instant::now();
-    while !service.stop.load(Ordering::SeqCst) && deadline.is_none_or(|d| Instant::now() < d) && handles.iter().all(|h| !h.is_finished()) {
+    while !service.stop.load(Ordering::SeqCst)
+        && deadline.is_none_or(|d| Instant::now() < d)
+        && handles.iter().all(|h| !h.is_finished())
+    {
         std::thread::sleep(Duration::from_millis(50));
     }
     service.stop.store(true, Ordering::SeqCst);
     for h in handles {
-        h.join().map_err(|_| anyhow::anyhow!("leech thread panicked"))??;
+        h.join()
+            .map_err(|_| anyhow::anyhow!("leech thread panicked"))??;
     }
     let secs = start.elapsed().as_secs_f64();
-    println!("{} work units in {secs:.2} s ({:.0}/s)", work.load(Ordering::Relaxed), work.load(Ordering::Relaxed) as f64 / secs);
+    println!(
+        "{} work units in {secs:.2} s ({:.0}/s)",
+        work.load(Ordering::Relaxed),
+        work.load(Ordering::Relaxed) as f64 / secs
+    );
     service.finish();
     Ok(())
 }
@@ -383,8 +441,12 @@ impl CommandProbe {
             .output()
             .map_err(|e| hwqos_sched::SchedError::io(format!("running {:?}", self.argv), e))?;
         let text = String::from_utf8_lossy(&out.stdout);
-        hwqos_pmu::appmetric::first_number(&text)
-            .ok_or_else(|| hwqos_sched::SchedError::invalid("x command", format!("{:?} printed no number", self.argv)))
+        hwqos_pmu::appmetric::first_number(&text).ok_or_else(|| {
+            hwqos_sched::SchedError::invalid(
+                "x command",
+                format!("{:?} printed no number", self.argv),
+            )
+        })
     }
 }
 
@@ -396,7 +458,10 @@ impl hwqos_sched::limit::Probe for CommandProbe {
         let mut xs = Vec::new();
         while start.elapsed() < interval {
             if self.stop.load(Ordering::SeqCst) {
-                return Err(hwqos_sched::SchedError::invalid("find-limit", "interrupted"));
+                return Err(hwqos_sched::SchedError::invalid(
+                    "find-limit",
+                    "interrupted",
+                ));
             }
             std::thread::sleep(Duration::from_millis(200).min(interval));
             xs.push(self.x()?);
@@ -417,7 +482,10 @@ struct ThreadLeech {
 impl hwqos_sched::limit::Ramp for ThreadLeech {
     fn set_intensity(&mut self, i: f64) {
         tracing::info!(intensity = i, "leech intensity");
-        self.duty.store((i.clamp(0.0, 1.0) * hwqos_sched::leech::DUTY_FULL as f64) as u64, Ordering::SeqCst);
+        self.duty.store(
+            (i.clamp(0.0, 1.0) * hwqos_sched::leech::DUTY_FULL as f64) as u64,
+            Ordering::SeqCst,
+        );
     }
 }
 
@@ -427,19 +495,27 @@ fn cmd_find_limit(a: FindLimitArgs) -> anyhow::Result<()> {
     }
     let catalog = hwqos_pmu::catalog::Catalog::for_this_node();
     let event = catalog.resolve(&a.event).map_err(|e| bad(e.to_string()))?;
-    let counter = hwqos_sched::counter::ProcessCounter::open(std::path::Path::new("/proc"), a.pid, &a.event, event.attr)
-        .map_err(|e| bad(format!("victim pid {}: {e}", a.pid)))?;
+    let counter = hwqos_sched::counter::ProcessCounter::open(
+        std::path::Path::new("/proc"),
+        a.pid,
+        &a.event,
+        event.attr,
+    )
+    .map_err(|e| bad(format!("victim pid {}: {e}", a.pid)))?;
     let spec = leech_spec(&a.leech, a.working_set, a.stride)?;
     let leech_cpu = match a.leech_cpu {
         Some(c) => c,
-        None => *hwqos_sched::proc::thread_affinity(a.pid)?.first().ok_or_else(|| bad("victim has no CPU"))?,
+        None => *hwqos_sched::proc::thread_affinity(a.pid)?
+            .first()
+            .ok_or_else(|| bad("victim has no CPU"))?,
     };
     let service = Service::start(None)?;
     let duty = Arc::new(AtomicU64::new(0));
     let work = Arc::new(AtomicU64::new(0));
     let leech_stop = Arc::new(AtomicBool::new(false));
     let handle = {
-        let (spec, duty, stop, work) = (spec.clone(), duty.clone(), leech_stop.clone(), work.clone());
+        let (spec, duty, stop, work) =
+            (spec.clone(), duty.clone(), leech_stop.clone(), work.clone());
         std::thread::spawn(move || -> anyhow::Result<()> {
             pin_self(Some(leech_cpu))?;
             hwqos_sched::leech::run(&spec, &duty, &stop, &work)?;
@@ -466,15 +542,24 @@ fn cmd_find_limit(a: FindLimitArgs) -> anyhow::Result<()> {
     println!("{}", serde_json::to_string_pretty(&result)?);
     if let Some(path) = &a.model {
         let mut model = hwqos_sched::model::SensitivityModel::load(path)?;
-        let sel: hwqos_pmu::target::TargetSelector = format!("pid:{}", a.pid).parse().map_err(|e| bad(format!("{e}")))?;
-        let mut entry = model.processes.iter().find(|p| p.process == sel).cloned().unwrap_or(hwqos_sched::model::ProcessModel {
-            process: sel,
-            sensitive_to: vec![],
-            cpu_demand: 1.0,
-            quotas: Default::default(),
-            period_us: 10_000,
-        });
-        entry.quotas.insert(a.event.clone(), result.quota_per_period);
+        let sel: hwqos_pmu::target::TargetSelector = format!("pid:{}", a.pid)
+            .parse()
+            .map_err(|e| bad(format!("{e}")))?;
+        let mut entry = model
+            .processes
+            .iter()
+            .find(|p| p.process == sel)
+            .cloned()
+            .unwrap_or(hwqos_sched::model::ProcessModel {
+                process: sel,
+                sensitive_to: vec![],
+                cpu_demand: 1.0,
+                quotas: Default::default(),
+                period_us: 10_000,
+            });
+        entry
+            .quotas
+            .insert(a.event.clone(), result.quota_per_period);
         entry.period_us = (a.period_ms * 1000.0).round() as u64;
         model.upsert(entry);
         model.save(path)?;

@@ -16,13 +16,20 @@ fn family(out: &mut String, name: &str, help: &str, unit: Option<&str>) {
 }
 
 fn escape(v: &str) -> String {
-    v.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
+    v.replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
 }
 
 /// Renders a snapshot.
 pub fn render(s: &Snapshot) -> String {
     let mut o = String::new();
-    family(&mut o, "hwqos_sra_info", "Quota backend, throttle method and overflow route in use.", None);
+    family(
+        &mut o,
+        "hwqos_sra_info",
+        "Quota backend, throttle method and overflow route in use.",
+        None,
+    );
     let _ = writeln!(
         o,
         "hwqos_sra_info{{backend=\"{}\",throttle=\"{}\",route=\"{}\"}} 1",
@@ -30,53 +37,168 @@ pub fn render(s: &Snapshot) -> String {
         escape(&s.throttle),
         escape(&s.route)
     );
-    family(&mut o, "hwqos_sra_contract_version", "Version of the contract applied.", None);
+    family(
+        &mut o,
+        "hwqos_sra_contract_version",
+        "Version of the contract applied.",
+        None,
+    );
     let _ = writeln!(o, "hwqos_sra_contract_version {}", s.contract_version);
-    family(&mut o, "hwqos_sra_evaluations", "Evaluation periods completed.", None);
+    family(
+        &mut o,
+        "hwqos_sra_evaluations",
+        "Evaluation periods completed.",
+        None,
+    );
     let _ = writeln!(o, "hwqos_sra_evaluations {}", s.evaluations);
-    family(&mut o, "hwqos_sra_skipped_entries", "Contract entries skipped (offline CPUs, unknown events, no process).", None);
+    family(
+        &mut o,
+        "hwqos_sra_skipped_entries",
+        "Contract entries skipped (offline CPUs, unknown events, no process).",
+        None,
+    );
     let _ = writeln!(o, "hwqos_sra_skipped_entries {}", s.skipped.len());
-    family(&mut o, "hwqos_sra_apply_errors", "Pinning or enforcement failures since start.", None);
+    family(
+        &mut o,
+        "hwqos_sra_apply_errors",
+        "Pinning or enforcement failures since start.",
+        None,
+    );
     let _ = writeln!(o, "hwqos_sra_apply_errors {}", s.apply_errors);
-    family(&mut o, "hwqos_sra_processes", "Processes the contract covers.", None);
+    family(
+        &mut o,
+        "hwqos_sra_processes",
+        "Processes the contract covers.",
+        None,
+    );
     let _ = writeln!(o, "hwqos_sra_processes {}", s.applied.len());
-    family(&mut o, "hwqos_sra_pinned_threads", "Threads pinned and verified, per process.", None);
+    family(
+        &mut o,
+        "hwqos_sra_pinned_threads",
+        "Threads pinned and verified, per process.",
+        None,
+    );
     for (pid, a) in &s.applied {
-        let _ = writeln!(o, "hwqos_sra_pinned_threads{{pid=\"{pid}\",entry=\"{}\"}} {}", escape(&a.entry), a.pinned_threads);
+        let _ = writeln!(
+            o,
+            "hwqos_sra_pinned_threads{{pid=\"{pid}\",entry=\"{}\"}} {}",
+            escape(&a.entry),
+            a.pinned_threads
+        );
     }
-    let entry = |pid: &u32| s.applied.get(pid).map(|a| escape(&a.entry)).unwrap_or_default();
-    family(&mut o, "hwqos_sra_throttled", "1 while the process is throttled.", None);
+    let entry = |pid: &u32| {
+        s.applied
+            .get(pid)
+            .map(|a| escape(&a.entry))
+            .unwrap_or_default()
+    };
+    family(
+        &mut o,
+        "hwqos_sra_throttled",
+        "1 while the process is throttled.",
+        None,
+    );
     for (pid, q) in &s.quota {
-        let _ = writeln!(o, "hwqos_sra_throttled{{pid=\"{pid}\",entry=\"{}\"}} {}", entry(pid), u8::from(q.throttled));
+        let _ = writeln!(
+            o,
+            "hwqos_sra_throttled{{pid=\"{pid}\",entry=\"{}\"}} {}",
+            entry(pid),
+            u8::from(q.throttled)
+        );
     }
-    family(&mut o, "hwqos_sra_throttles", "Times the process was throttled.", None);
+    family(
+        &mut o,
+        "hwqos_sra_throttles",
+        "Times the process was throttled.",
+        None,
+    );
     for (pid, q) in &s.quota {
-        let _ = writeln!(o, "hwqos_sra_throttles{{pid=\"{pid}\",entry=\"{}\"}} {}", entry(pid), q.nr_throttled);
+        let _ = writeln!(
+            o,
+            "hwqos_sra_throttles{{pid=\"{pid}\",entry=\"{}\"}} {}",
+            entry(pid),
+            q.nr_throttled
+        );
     }
-    family(&mut o, "hwqos_sra_throttled_seconds", "Time spent throttled.", Some("seconds"));
+    family(
+        &mut o,
+        "hwqos_sra_throttled_seconds",
+        "Time spent throttled.",
+        Some("seconds"),
+    );
     for (pid, q) in &s.quota {
-        let _ = writeln!(o, "hwqos_sra_throttled_seconds{{pid=\"{pid}\",entry=\"{}\"}} {}", entry(pid), q.throttled_ns as f64 / 1e9);
+        let _ = writeln!(
+            o,
+            "hwqos_sra_throttled_seconds{{pid=\"{pid}\",entry=\"{}\"}} {}",
+            entry(pid),
+            q.throttled_ns as f64 / 1e9
+        );
     }
-    family(&mut o, "hwqos_sra_periods", "Quota periods completed.", None);
+    family(
+        &mut o,
+        "hwqos_sra_periods",
+        "Quota periods completed.",
+        None,
+    );
     for (pid, q) in &s.quota {
-        let _ = writeln!(o, "hwqos_sra_periods{{pid=\"{pid}\",entry=\"{}\"}} {}", entry(pid), q.nr_periods);
+        let _ = writeln!(
+            o,
+            "hwqos_sra_periods{{pid=\"{pid}\",entry=\"{}\"}} {}",
+            entry(pid),
+            q.nr_periods
+        );
     }
     for (name, help, get) in [
-        ("hwqos_sra_event_quota", "Events allowed per period.", (|e: &hwqos_sched::backend::EventStats| e.quota) as fn(&_) -> u64),
-        ("hwqos_sra_event_last_period", "Events counted in the last complete period.", |e| e.last_period),
-        ("hwqos_sra_event_count", "Events counted since enforcement started.", |e| e.total),
+        (
+            "hwqos_sra_event_quota",
+            "Events allowed per period.",
+            (|e: &hwqos_sched::backend::EventStats| e.quota) as fn(&_) -> u64,
+        ),
+        (
+            "hwqos_sra_event_last_period",
+            "Events counted in the last complete period.",
+            |e| e.last_period,
+        ),
+        (
+            "hwqos_sra_event_counted",
+            "Events counted since enforcement started.",
+            |e| e.total,
+        ),
+        (
+            "hwqos_sra_event_borrowed",
+            "Events borrowed from other processes' unused budgets (lending).",
+            |e| e.borrowed,
+        ),
     ] {
         family(&mut o, name, help, None);
         for (pid, q) in &s.quota {
             for e in &q.events {
-                let _ = writeln!(o, "{name}{{pid=\"{pid}\",entry=\"{}\",event=\"{}\"}} {}", entry(pid), escape(&e.name), get(e));
+                let _ = writeln!(
+                    o,
+                    "{name}{{pid=\"{pid}\",entry=\"{}\",event=\"{}\"}} {}",
+                    entry(pid),
+                    escape(&e.name),
+                    get(e)
+                );
             }
         }
     }
-    family(&mut o, "hwqos_sra_stop_latency_seconds", "Overflow signal read to throttle issued (agent route).", Some("seconds"));
-    for (q, v) in [("0.5", s.stop_latency_p50_ns), ("0.99", s.stop_latency_p99_ns)] {
+    family(
+        &mut o,
+        "hwqos_sra_stop_latency_seconds",
+        "Overflow signal read to throttle issued (agent route).",
+        Some("seconds"),
+    );
+    for (q, v) in [
+        ("0.5", s.stop_latency_p50_ns),
+        ("0.99", s.stop_latency_p99_ns),
+    ] {
         if let Some(v) = v {
-            let _ = writeln!(o, "hwqos_sra_stop_latency_seconds{{quantile=\"{q}\"}} {}", v as f64 / 1e9);
+            let _ = writeln!(
+                o,
+                "hwqos_sra_stop_latency_seconds{{quantile=\"{q}\"}} {}",
+                v as f64 / 1e9
+            );
         }
     }
     o.push_str("# EOF\n");
@@ -144,14 +266,19 @@ mod tests {
                     last_period: 50,
                     total: 500,
                     overflows: 3,
+                    borrowed: 0,
                 }],
                 ..Default::default()
             },
         );
         let text = render(&s);
         assert!(text.ends_with("# EOF\n"));
-        assert!(text.contains("hwqos_sra_info{backend=\"userspace\",throttle=\"sigstop\",route=\"direct\"} 1"));
-        assert!(text.contains("hwqos_sra_event_quota{pid=\"7\",entry=\"a\\\"b\",event=\"sw.page_faults\"} 50"));
+        assert!(text.contains(
+            "hwqos_sra_info{backend=\"userspace\",throttle=\"sigstop\",route=\"direct\"} 1"
+        ));
+        assert!(text.contains(
+            "hwqos_sra_event_quota{pid=\"7\",entry=\"a\\\"b\",event=\"sw.page_faults\"} 50"
+        ));
         assert!(text.contains("hwqos_sra_throttled{pid=\"7\",entry=\"a\\\"b\"} 1"));
         let types: Vec<&str> = text.lines().filter(|l| l.starts_with("# TYPE")).collect();
         let mut dedup = types.clone();

@@ -148,10 +148,7 @@ fn emulate(mut from: TcpStream, mut to: TcpStream, p: Arc<LinkParams>) {
         };
         // A packet taken from the queue before it was due.
         let mut carry: Option<(Instant, Vec<u8>)> = None;
-        loop {
-            let Some((at, mut out)) = carry.take().or_else(|| rx.recv().ok()) else {
-                break;
-            };
+        while let Some((at, mut out)) = carry.take().or_else(|| rx.recv().ok()) {
             wait_until(at);
             // Packets already due go out in the same write (fewer syscalls
             // when the emulator falls behind on a busy machine).
@@ -281,15 +278,16 @@ fn client(args: &[String]) {
     let sock = TcpStream::connect(&addr).expect("connect");
     sock.set_nodelay(true).unwrap();
     let reg = Arc::new(Registry::standard());
-    let mut s =
-        MessageStream::handshake(
-            sock,
-            config(policy.clone(), round, cpu_target, &aggregate),
-            reg.clone(),
-        )
-            .expect("handshake");
-    s.send_msg(format!("POLICY {policy} ROUND {round} CPU {cpu_target} AGG {aggregate}").as_bytes())
-        .unwrap();
+    let mut s = MessageStream::handshake(
+        sock,
+        config(policy.clone(), round, cpu_target, &aggregate),
+        reg.clone(),
+    )
+    .expect("handshake");
+    s.send_msg(
+        format!("POLICY {policy} ROUND {round} CPU {cpu_target} AGG {aggregate}").as_bytes(),
+    )
+    .unwrap();
     assert_eq!(s.recv_msg().unwrap().unwrap(), b"OK");
     let mut src = MessageSource::new(set, size, 7);
     let mut later = change_to.map(|d| MessageSource::new(d, size, 11));

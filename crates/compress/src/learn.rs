@@ -169,7 +169,9 @@ impl NetworkEstimate {
         }
         // Until three of each were answered, noise dominates (one cold first
         // RTT made a loopback look like a 10 Mbit/s link).
-        if self.padded_rtts.len() < MIN_PROBES_FOR_LINK || self.small_rtts.len() < MIN_PROBES_FOR_LINK {
+        if self.padded_rtts.len() < MIN_PROBES_FOR_LINK
+            || self.small_rtts.len() < MIN_PROBES_FOR_LINK
+        {
             return self.previous_link_ns_per_byte;
         }
         let small = self.small_rtts.quantile(LINK_QUANTILE)?;
@@ -215,12 +217,7 @@ impl NetworkEstimate {
         }
         let target = (f64::from(current) * factor).clamp(f64::from(min), f64::from(max));
         let pow2 = (target as u32).next_power_of_two();
-        if pow2 > max {
-            pow2 / 2
-        } else {
-            pow2
-        }
-        .max(min)
+        if pow2 > max { pow2 / 2 } else { pow2 }.max(min)
     }
 }
 

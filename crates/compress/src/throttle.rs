@@ -127,13 +127,16 @@ impl CgroupLoad {
         }
         let unified = text
             .lines()
-            .find_map(|l| l.strip_prefix("0::").map(|p| p.trim().trim_start_matches('/').to_string()))
+            .find_map(|l| {
+                l.strip_prefix("0::")
+                    .map(|p| p.trim().trim_start_matches('/').to_string())
+            })
             .unwrap_or_default();
         CgroupLoad::new(root.join(unified), min_interval)
     }
 
     /// CPU the cgroup used so far (ns).
-    fn usage_ns(&self) -> Option<u64> {
+    pub fn usage_ns(&self) -> Option<u64> {
         let text = std::fs::read_to_string(&self.usage.0).ok()?;
         let v: f64 = if self.usage.1 == 1.0 {
             text.trim().parse().ok()?
@@ -146,7 +149,7 @@ impl CgroupLoad {
     }
 
     /// The cgroup's CPU limit in CPUs.
-    fn capacity(&self) -> Option<f64> {
+    pub fn capacity(&self) -> Option<f64> {
         let online = std::thread::available_parallelism()
             .map(|n| n.get() as f64)
             .ok();
@@ -407,9 +410,8 @@ impl Throttle {
             let used = self.used_ns as f64 / self.wall_ns.max(1) as f64;
             self.used_ns = 0;
             self.wall_ns = 0;
-            self.pid.i_limit = (1.5 * used + 0.05)
-                .min(self.config.integral_limit)
-                * self.config.max_share;
+            self.pid.i_limit =
+                (1.5 * used + 0.05).min(self.config.integral_limit) * self.config.max_share;
             let out = self.pid.next_control_output(u).output;
             self.share = out.clamp(0.0, self.config.max_share);
         }

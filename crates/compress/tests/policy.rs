@@ -497,7 +497,7 @@ fn the_throttle_holds_a_reachable_target_reacts_within_readings_and_resumes() {
             share: share.clone(),
         }),
     );
-    let mut step = |t: &mut Throttle| {
+    let step = |t: &mut Throttle| {
         // One reading per call (the simulated source is always fresh).
         t.round_budget_ns(1_000_000);
         *share.lock().unwrap() = t.share();
@@ -564,7 +564,7 @@ fn the_throttle_does_not_wind_up_while_compression_uses_less_than_its_share() {
         }),
     );
     let wall = 1_000_000u64;
-    let mut step = |t: &mut Throttle| {
+    let step = |t: &mut Throttle| {
         let u = *used.lock().unwrap();
         t.round_budget(wall, (u * wall as f64) as u64);
         *used.lock().unwrap() = t.share().min(0.2);
@@ -592,4 +592,40 @@ fn the_throttle_does_not_wind_up_while_compression_uses_less_than_its_share() {
         t.share() > 0.0
     });
     assert!(resumed.is_some());
+}
+
+#[test]
+fn cgroup_use_and_limit_come_from_the_v1_and_v2_files() {
+    use hwqos_compress::CgroupLoad;
+    let v1 = tempfile::tempdir().unwrap();
+    let (acct, cpu) = (v1.path().join("cpuacct"), v1.path().join("cpu"));
+    std::fs::create_dir_all(&acct).unwrap();
+    std::fs::create_dir_all(&cpu).unwrap();
+    std::fs::write(acct.join("cpuacct.usage"), "123456789\n").unwrap();
+    std::fs::write(cpu.join("cpu.cfs_quota_us"), "50000\n").unwrap();
+    std::fs::write(cpu.join("cpu.cfs_period_us"), "100000\n").unwrap();
+    let l = CgroupLoad::new_v1(&acct, &cpu, Duration::ZERO);
+    assert_eq!(l.usage_ns(), Some(123_456_789));
+    assert_eq!(l.capacity(), Some(0.5));
+    // No quota (-1): the online CPUs.
+    std::fs::write(cpu.join("cpu.cfs_quota_us"), "-1\n").unwrap();
+    let online = std::thread::available_parallelism().unwrap().get() as f64;
+    assert_eq!(l.capacity(), Some(online));
+
+    let v2 = tempfile::tempdir().unwrap();
+    std::fs::write(
+        v2.path().join("cpu.stat"),
+        "usage_usec 42\nuser_usec 40\nsystem_usec 2\n",
+    )
+    .unwrap();
+    std::fs::write(v2.path().join("cpu.max"), "150000 100000\n").unwrap();
+    let mut l = CgroupLoad::new(v2.path(), Duration::ZERO);
+    assert_eq!(l.usage_ns(), Some(42_000));
+    assert_eq!(l.capacity(), Some(1.5));
+    std::fs::write(v2.path().join("cpu.max"), "max 100000\n").unwrap();
+    assert_eq!(l.capacity(), Some(online));
+    assert_eq!(l.utilization(), None, "the first reading only primes");
+    // A cgroup that vanished: no reading, not a panic.
+    drop(v2);
+    assert_eq!(l.utilization(), None);
 }

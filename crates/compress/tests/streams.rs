@@ -410,7 +410,11 @@ fn async_probe_replies_ride_in_front_of_the_next_message() {
             assert_eq!(server.recv_msg().await.unwrap().unwrap(), vec![i; 64]);
             assert_eq!(writes.load(SeqCst), before, "reply written on its own");
             server.send_msg(&[i; 64]).await.unwrap();
-            assert_eq!(writes.load(SeqCst), before + 1, "reply and echo in one write");
+            assert_eq!(
+                writes.load(SeqCst),
+                before + 1,
+                "reply and echo in one write"
+            );
             assert_eq!(client.recv_msg().await.unwrap().unwrap(), vec![i; 64]);
         }
         // The replies arrived (in front of the echoes): the client has an RTT.

@@ -36,7 +36,9 @@ impl CacheLevels {
     }
 
     pub fn line_size(&self) -> usize {
-        self.levels.first().map_or(64, |(_, g)| g.line_size as usize)
+        self.levels
+            .first()
+            .map_or(64, |(_, g)| g.line_size as usize)
     }
 
     pub fn llc_bytes(&self) -> u64 {
@@ -163,7 +165,9 @@ impl Actuators {
         }
         if let Some(n) = cfg.nice {
             if !(-20..=19).contains(&n) {
-                return Err(LoadError::Config(format!("nice = {n}: must lie in -20..=19")));
+                return Err(LoadError::Config(format!(
+                    "nice = {n}: must lie in -20..=19"
+                )));
             }
         }
         act.nice = cfg.nice;
@@ -190,7 +194,9 @@ impl Actuators {
             let geoms: Vec<dcache::Geometry> = caches.levels.iter().map(|(_, g)| *g).collect();
             let plan = dcache::Plan::new(&geoms).map_err(LoadError::Unsupported)?;
             let ctx = act.context(*cpu, None);
-            act.spawn(format!("dcache-{cpu}"), ctx, move |ctx| dcache::run(ctx, plan, &knobs))?;
+            act.spawn(format!("dcache-{cpu}"), ctx, move |ctx| {
+                dcache::run(ctx, plan, &knobs)
+            })?;
         }
         for ((m, cpu), _) in pairs {
             if m.depth() > 0 {
@@ -210,10 +216,12 @@ impl Actuators {
                 LoadMetric::ContextSwitchRate => {
                     act.spawn(name, ctx, move |c| gen::switches::run(c, &knob))?
                 }
-                LoadMetric::L1iMissRatio | LoadMetric::ItlbMissRatio => act.spawn(name, ctx, move |c| {
-                    gen::icache::run(c, &knob);
-                    Ok(())
-                })?,
+                LoadMetric::L1iMissRatio | LoadMetric::ItlbMissRatio => {
+                    act.spawn(name, ctx, move |c| {
+                        gen::icache::run(c, &knob);
+                        Ok(())
+                    })?
+                }
                 LoadMetric::DtlbMissRatio => {
                     let huge = cfg.tlb_huge_pages;
                     let pages = if huge { TLB_PAGES / 8 } else { TLB_PAGES };
@@ -319,7 +327,8 @@ impl Actuators {
                     first.get_or_insert(LoadError::Io(format!("generator {}", r.name), e));
                 }
                 Err(_) => {
-                    first.get_or_insert(LoadError::Config(format!("generator {} panicked", r.name)));
+                    first
+                        .get_or_insert(LoadError::Config(format!("generator {} panicked", r.name)));
                 }
             }
         }

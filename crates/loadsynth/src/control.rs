@@ -69,7 +69,9 @@ impl Controller {
     pub fn new(target: f64, bias: f64, range: (f64, f64), gains: Gains) -> Controller {
         let span = (range.1 - range.0).abs().max(f64::MIN_POSITIVE);
         let mut pid = pid::Pid::new(target, 2.0 * span);
-        pid.p(gains.kp, 2.0 * span).i(0.0, 2.0 * span).d(0.0, 2.0 * span);
+        pid.p(gains.kp, 2.0 * span)
+            .i(0.0, 2.0 * span)
+            .d(0.0, 2.0 * span);
         let bias = bias.clamp(range.0, range.1);
         Controller {
             pid,
@@ -311,7 +313,12 @@ mod tests {
     #[test]
     fn clamps_to_the_actuator_range_and_does_not_wind_up() {
         // Plant: measured = 0.5 + knob (a background of 0.5); target 0.3 is unreachable.
-        let mut c = Controller::new(0.3, 0.0, (0.0, 0.9), Gains::default_for(LoadMetric::CpuUtil));
+        let mut c = Controller::new(
+            0.3,
+            0.0,
+            (0.0, 0.9),
+            Gains::default_for(LoadMetric::CpuUtil),
+        );
         let mut knob = 0.0;
         for _ in 0..200 {
             knob = c.step(0.5 + knob, 0.2, 1.0);

@@ -24,6 +24,9 @@ pub struct ModelEntry {
     pub knob: f64,
     pub controller: ControllerState,
     pub tolerance: (f64, f64),
+    /// Mean measured value over the hold window after convergence.
+    #[serde(default)]
+    pub measured: Option<f64>,
     /// The target's series `(seconds, value)` for `--dynamic` replay.
     #[serde(default)]
     pub series: Vec<(f64, f64)>,
@@ -47,11 +50,17 @@ pub struct LoadModel {
 impl LoadModel {
     pub fn validate(&self) -> Result<(), String> {
         if self.schema != MODEL_SCHEMA {
-            return Err(format!("schema `{}`, expected `{MODEL_SCHEMA}`", self.schema));
+            return Err(format!(
+                "schema `{}`, expected `{MODEL_SCHEMA}`",
+                self.schema
+            ));
         }
         for e in &self.entries {
-            e.metric.validate(e.target).map_err(|m| format!("cpu {}: {m}", e.cpu))?;
-            if !e.knob.is_finite() || e.knob < e.controller.range.0 || e.knob > e.controller.range.1 {
+            e.metric
+                .validate(e.target)
+                .map_err(|m| format!("cpu {}: {m}", e.cpu))?;
+            if !e.knob.is_finite() || e.knob < e.controller.range.0 || e.knob > e.controller.range.1
+            {
                 return Err(format!(
                     "{} on CPU {}: knob {} outside its range {:?}",
                     e.metric, e.cpu, e.knob, e.controller.range
@@ -89,7 +98,9 @@ impl LoadModel {
                 here.cpu_model.as_deref().unwrap_or("unknown")
             )));
         }
-        let geometry = |m: &HardwareModel| -> Vec<(Option<u8>, Option<u64>, Option<u32>, Option<u32>)> {
+        /// (level, size, ways, line size) of each cache.
+        type Geometry = (Option<u8>, Option<u64>, Option<u32>, Option<u32>);
+        let geometry = |m: &HardwareModel| -> Vec<Geometry> {
             m.topology
                 .caches
                 .iter()

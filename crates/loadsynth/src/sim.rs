@@ -65,7 +65,10 @@ impl SimPlant {
             Resolver::for_this_node(),
         )
         .map_err(|e| LoadError::Measure(e.to_string()))?;
-        sampler.sample(Timestamp { mono_ns: sim.now(), wall_ns: 0 });
+        sampler.sample(Timestamp {
+            mono_ns: sim.now(),
+            wall_ns: 0,
+        });
         Ok(SimPlant {
             sim,
             sampler,
@@ -126,7 +129,9 @@ impl MetricSource for SimPlant {
                 ("hw.llc.miss", c),
                 (
                     "sw.page_faults",
-                    (self.bg(LoadMetric::PageFaultRate, cpu) + self.eff(LoadMetric::PageFaultRate, cpu)) / 1e9,
+                    (self.bg(LoadMetric::PageFaultRate, cpu)
+                        + self.eff(LoadMetric::PageFaultRate, cpu))
+                        / 1e9,
                 ),
                 (
                     "sw.context_switches",
@@ -143,10 +148,14 @@ impl MetricSource for SimPlant {
             }
         }
         self.sim.advance(self.period_ns);
-        let time = Timestamp { mono_ns: self.sim.now(), wall_ns: 0 };
+        let time = Timestamp {
+            mono_ns: self.sim.now(),
+            wall_ns: 0,
+        };
         let mut frame = self.sampler.sample(time);
         for &cpu in &self.cpus {
-            let util = (self.bg(LoadMetric::CpuUtil, cpu) + self.eff(LoadMetric::CpuUtil, cpu)).min(1.0);
+            let util =
+                (self.bg(LoadMetric::CpuUtil, cpu) + self.eff(LoadMetric::CpuUtil, cpu)).min(1.0);
             frame.samples.push(Sample::gauge(
                 time,
                 Scope::Cpu { cpu },

@@ -134,6 +134,9 @@ fn busy_share(prev: &CpuTimes, now: &CpuTimes, wall_ns: u64, clk_tck: f64) -> f6
     (1.0 - idle_ns / wall_ns as f64).clamp(0.0, 1.0)
 }
 
+/// A wall interval (ns) and the busy share of each CPU over it.
+type BusyShares = (u64, BTreeMap<u32, f64>);
+
 /// The shipped source: the monitor engine over perf_event counting each
 /// wanted CPU (software events here; hardware events where a PMU exists),
 /// and `/proc/stat` idle time over the exact wall interval for utilization.
@@ -243,7 +246,8 @@ impl LocalSource {
         Ok(src)
     }
 
-    fn read_stat(&mut self) -> Result<Option<(u64, BTreeMap<u32, f64>)>, LoadError> {
+    /// The wall interval since the previous reading and each CPU's busy share in it.
+    fn read_stat(&mut self) -> Result<Option<BusyShares>, LoadError> {
         let now = hwqos_core::time::monotonic_ns();
         let text = std::fs::read_to_string("/proc/stat")
             .map_err(|e| LoadError::Io("reading /proc/stat".into(), e))?;
@@ -333,7 +337,9 @@ impl MetricSource for MonitorSource {
                 values: values_from_frame(&frame, &self.wanted),
             }),
             Some(Err(e)) => Err(LoadError::Measure(format!("monitor API: {e}"))),
-            None => Err(LoadError::Measure("the monitor closed the subscription".into())),
+            None => Err(LoadError::Measure(
+                "the monitor closed the subscription".into(),
+            )),
         }
     }
 }

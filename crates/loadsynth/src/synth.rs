@@ -35,7 +35,7 @@ impl Default for SynthOptions {
             period: Duration::from_millis(250),
             needed: 8,
             timeout: Duration::from_secs(120),
-            hold: 12,
+            hold: 24,
         }
     }
 }
@@ -78,8 +78,9 @@ pub fn synthesize<S: KnobSink>(
         sink.set(t.metric, t.cpu, c.knob());
         lp.add(t.metric, t.cpu, c, t.metric.default_tolerance());
     }
-    let max_samples =
-        (opts.timeout.as_secs_f64() / opts.period.as_secs_f64()).ceil().max(1.0) as u64;
+    let max_samples = (opts.timeout.as_secs_f64() / opts.period.as_secs_f64())
+        .ceil()
+        .max(1.0) as u64;
     let start = hwqos_core::time::monotonic_ns();
     let mut first_t = None;
     let mut last_t = 0;
@@ -98,6 +99,7 @@ pub fn synthesize<S: KnobSink>(
     };
     // Hold: keep controlling, average the knobs.
     let mut sums: BTreeMap<(LoadMetric, u32), f64> = BTreeMap::new();
+    let mut measured: BTreeMap<(LoadMetric, u32), (f64, usize)> = BTreeMap::new();
     for _ in 0..opts.hold {
         let m = source.next()?;
         lp.step(&m, sink);
@@ -105,13 +107,22 @@ pub fn synthesize<S: KnobSink>(
         for (k, c) in &lp.controllers {
             *sums.entry(*k).or_default() += c.knob();
         }
+        for (k, v) in &m.values {
+            let e = measured.entry(*k).or_default();
+            e.0 += v;
+            e.1 += 1;
+        }
     }
     let mut entries = Vec::new();
     for t in &targets.targets {
         let key = (t.metric, t.cpu);
         let (knob, controller, tolerance) = match lp.controllers.get(&key) {
             Some(c) => (
-                if opts.hold > 0 { sums[&key] / opts.hold as f64 } else { c.knob() },
+                if opts.hold > 0 {
+                    sums[&key] / opts.hold as f64
+                } else {
+                    c.knob()
+                },
                 c.state(),
                 lp.tolerance[&key],
             ),
@@ -130,6 +141,7 @@ pub fn synthesize<S: KnobSink>(
             knob,
             controller,
             tolerance,
+            measured: measured.get(&key).map(|(s, n)| s / *n as f64),
             series: t.series.clone(),
         });
     }
@@ -192,6 +204,23 @@ pub fn dynamic_knob(e: &ModelEntry, t_s: f64) -> f64 {
     (e.knob * v / e.target).clamp(e.controller.range.0, e.controller.range.1)
 }
 
+/// Whether a generator ended on its own (an error, or the I/O volume cap):
+/// the replay then ends too, and stopping reports the error if there was one.
+fn ended(actuators: &Actuators) -> bool {
+    let finished = actuators.finished();
+    if !finished.is_empty() {
+        tracing::warn!(
+            "generator(s) {} ended; ending the replay",
+            finished.join(", ")
+        );
+        return true;
+    }
+    false
+}
+
+/// Measured values per (metric, CPU).
+pub type Values = BTreeMap<(LoadMetric, u32), f64>;
+
 /// Replays `model` open loop on `actuators` for `duration`; with a `source`,
 /// measures every pair (after `warmup` samples) and returns the deviations.
 pub fn replay(
@@ -201,7 +230,7 @@ pub fn replay(
     duration: Duration,
     dynamic: bool,
     warmup: usize,
-    progress: &mut dyn FnMut(f64, &BTreeMap<(LoadMetric, u32), f64>),
+    progress: &mut dyn FnMut(f64, &Values),
 ) -> Result<Vec<Deviation>, LoadError> {
     for e in &model.entries {
         actuators.set(e.metric, e.cpu, e.knob);
@@ -213,12 +242,19 @@ pub fn replay(
     let work_start: BTreeMap<(LoadMetric, u32), u64> = model
         .entries
         .iter()
-        .filter_map(|e| actuators.work_done(e.metric, e.cpu).map(|w| ((e.metric, e.cpu), w)))
+        .filter_map(|e| {
+            actuators
+                .work_done(e.metric, e.cpu)
+                .map(|w| ((e.metric, e.cpu), w))
+        })
         .collect();
     match source {
         Some(src) => {
             let mut n = 0usize;
             while elapsed() < duration.as_secs_f64() && !stop.is_stopped() {
+                if ended(actuators) {
+                    break;
+                }
                 let m = src.next()?;
                 n += 1;
                 if dynamic {
@@ -238,6 +274,9 @@ pub fn replay(
         }
         None => {
             while elapsed() < duration.as_secs_f64() && !stop.is_stopped() {
+                if ended(actuators) {
+                    break;
+                }
                 if dynamic {
                     for e in &model.entries {
                         actuators.set(e.metric, e.cpu, dynamic_knob(e, elapsed()));
@@ -287,4 +326,49 @@ pub fn actuators_for(
 ) -> Result<Actuators, LoadError> {
     let cpu = pairs.first().map_or(0, |p| p.0 .1);
     Actuators::start(pairs, &CacheLevels::of(node, cpu), cfg)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::control::{Controller, Gains};
+
+    fn entry(series: Vec<(f64, f64)>) -> ModelEntry {
+        ModelEntry {
+            metric: LoadMetric::PageFaultRate,
+            cpu: 1,
+            target: 1000.0,
+            knob: 800.0,
+            controller: Controller::new(
+                1000.0,
+                800.0,
+                (0.0, 1500.0),
+                Gains::default_for(LoadMetric::PageFaultRate),
+            )
+            .state(),
+            tolerance: (5.0, 0.02),
+            measured: Some(1000.0),
+            series,
+        }
+    }
+
+    #[test]
+    fn dynamic_knob_follows_the_series_scaled_by_the_stored_knob() {
+        let e = entry(vec![
+            (0.0, 500.0),
+            (1.0, 1500.0),
+            (2.0, 1000.0),
+            (3.0, 1000.0),
+        ]);
+        assert_eq!(dynamic_knob(&e, 0.5), 400.0);
+        assert_eq!(dynamic_knob(&e, 1.5), 1200.0);
+        assert_eq!(dynamic_knob(&e, 2.5), 800.0);
+        // Loops over the recorded span.
+        assert_eq!(dynamic_knob(&e, 3.5), 400.0);
+        // Clamped to the range.
+        let e2 = entry(vec![(0.0, 5000.0), (1.0, 1000.0)]);
+        assert_eq!(dynamic_knob(&e2, 0.1), 1500.0);
+        // No series: the mean knob.
+        assert_eq!(dynamic_knob(&entry(vec![]), 7.0), 800.0);
+    }
 }

@@ -60,7 +60,10 @@ pub(crate) fn read_checked(path: &Path, schema: &str) -> Result<serde_json::Valu
     };
     let meta = std::fs::metadata(path).map_err(|e| bad(e.to_string()))?;
     if meta.len() > MAX_FILE_BYTES {
-        return Err(bad(format!("{} bytes is more than the {MAX_FILE_BYTES} accepted", meta.len())));
+        return Err(bad(format!(
+            "{} bytes is more than the {MAX_FILE_BYTES} accepted",
+            meta.len()
+        )));
     }
     let text = std::fs::read_to_string(path).map_err(|e| bad(e.to_string()))?;
     let value: serde_json::Value =
@@ -87,13 +90,20 @@ impl LoadTargets {
     /// Checks every value is possible and no pair appears twice.
     pub fn validate(&self) -> Result<(), String> {
         if self.schema != TARGETS_SCHEMA {
-            return Err(format!("schema `{}`, expected `{TARGETS_SCHEMA}`", self.schema));
+            return Err(format!(
+                "schema `{}`, expected `{TARGETS_SCHEMA}`",
+                self.schema
+            ));
         }
         let mut seen = std::collections::BTreeSet::new();
         for t in &self.targets {
-            t.metric.validate(t.mean).map_err(|e| format!("cpu {}: {e}", t.cpu))?;
+            t.metric
+                .validate(t.mean)
+                .map_err(|e| format!("cpu {}: {e}", t.cpu))?;
             for (_, v) in &t.series {
-                t.metric.validate(*v).map_err(|e| format!("cpu {} series: {e}", t.cpu))?;
+                t.metric
+                    .validate(*v)
+                    .map_err(|e| format!("cpu {} series: {e}", t.cpu))?;
             }
             if !seen.insert((t.metric, t.cpu)) {
                 return Err(format!("{} on CPU {} appears twice", t.metric, t.cpu));
@@ -207,4 +217,116 @@ pub fn capture(
         hardware,
         ..LoadTargets::new(targets)
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use hwqos_core::recording::{CounterClass, RecordedBackend, RecordingHeader};
+    use hwqos_core::{Frame, MetricName, Sample, Timestamp};
+
+    fn frame(seq: u64, samples: Vec<(Scope, &'static str, f64)>) -> Frame {
+        let time = Timestamp {
+            mono_ns: 1_000_000_000 + seq * 250_000_000,
+            wall_ns: 0,
+        };
+        Frame {
+            seq,
+            time,
+            interval_ns: if seq == 0 { 0 } else { 250_000_000 },
+            samples: samples
+                .into_iter()
+                .map(|(scope, m, v)| Sample::gauge(time, scope, MetricName::from_static(m), v))
+                .collect(),
+            labels: Vec::new(),
+        }
+    }
+
+    fn recording(frames: Vec<Frame>) -> Recording {
+        let header = RecordingHeader::new(
+            "prod",
+            Timestamp {
+                mono_ns: 1_000_000_000,
+                wall_ns: 0,
+            },
+            4.0,
+            RecordedBackend::Simulated,
+            CounterClass::Software,
+        );
+        Recording { header, frames }
+    }
+
+    #[test]
+    fn captures_per_cpu_means_and_series() {
+        let cpu1 = Scope::Cpu { cpu: 1 };
+        let rec = recording(
+            (0..5)
+                .map(|i| {
+                    frame(
+                        i,
+                        vec![
+                            (cpu1.clone(), "os.cpu.util", 0.3 + 0.01 * i as f64),
+                            (cpu1.clone(), "sw.page_faults", 1000.0),
+                            (cpu1.clone(), "hw.llc.miss", 10.0),
+                            (cpu1.clone(), "hw.llc.access", 40.0),
+                        ],
+                    )
+                })
+                .collect(),
+        );
+        let t = capture(&rec, "prod.jsonl", None, None).unwrap();
+        let get = |m: LoadMetric| {
+            t.targets
+                .iter()
+                .find(|x| x.metric == m && x.cpu == 1)
+                .unwrap()
+        };
+        assert!((get(LoadMetric::CpuUtil).mean - 0.32).abs() < 1e-9);
+        assert_eq!(get(LoadMetric::CpuUtil).series.len(), 5);
+        // Rates need an interval: the first frame has none.
+        assert_eq!(get(LoadMetric::PageFaultRate).series.len(), 4);
+        assert!((get(LoadMetric::PageFaultRate).mean - 4000.0).abs() < 1e-6);
+        assert!((get(LoadMetric::LlcMissRatio).mean - 0.25).abs() < 1e-12);
+        assert_eq!(t.source.as_ref().unwrap().frames, 5);
+        t.validate().unwrap();
+    }
+
+    #[test]
+    fn processes_are_summed_as_one_cpu() {
+        let rec = recording(
+            (0..3)
+                .map(|i| {
+                    frame(
+                        i,
+                        vec![
+                            (Scope::Process { pid: 10 }, "sw.task_clock", 50_000_000.0),
+                            (Scope::Process { pid: 11 }, "sw.task_clock", 25_000_000.0),
+                            (Scope::Process { pid: 10 }, "sw.context_switches", 100.0),
+                        ],
+                    )
+                })
+                .collect(),
+        );
+        let t = capture(&rec, "p.jsonl", None, Some(2)).unwrap();
+        let util = t
+            .targets
+            .iter()
+            .find(|x| x.metric == LoadMetric::CpuUtil)
+            .unwrap();
+        assert_eq!(util.cpu, 2);
+        assert!((util.mean - 0.3).abs() < 1e-9, "{}", util.mean);
+        let cs = t
+            .targets
+            .iter()
+            .find(|x| x.metric == LoadMetric::ContextSwitchRate)
+            .unwrap();
+        assert!((cs.mean - 400.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn a_recording_without_cpu_scopes_is_an_error() {
+        let rec = recording(vec![frame(0, vec![(Scope::System, "os.load1", 1.0)])]);
+        let e = capture(&rec, "x.jsonl", None, None).unwrap_err();
+        assert!(e.to_string().contains("per-CPU"), "{e}");
+    }
 }

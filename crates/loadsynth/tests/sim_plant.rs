@@ -29,8 +29,12 @@ fn run(lp: &mut ClosedLoop, plant: &mut SimPlant, n: usize, key: (LoadMetric, u3
 #[test]
 fn step_response_converges_and_tops_up_the_background() {
     let mut plant = SimPlant::new(&[1], PERIOD_S).unwrap();
-    plant.background.insert((LoadMetric::PageFaultRate, 1), 3000.0);
-    plant.background.insert((LoadMetric::ContextSwitchRate, 1), 500.0);
+    plant
+        .background
+        .insert((LoadMetric::PageFaultRate, 1), 3000.0);
+    plant
+        .background
+        .insert((LoadMetric::ContextSwitchRate, 1), 500.0);
     let mut lp = ClosedLoop::new(8);
     lp.add(
         LoadMetric::PageFaultRate,
@@ -51,12 +55,16 @@ fn step_response_converges_and_tops_up_the_background() {
         samples += 1;
         assert!(samples < 200, "no convergence: {:?}", lp.status());
     }
+    eprintln!("page faults + switches with background: converged after {samples} samples of {PERIOD_S} s (simulated)");
     // Topped up, not doubled: the knobs supply only the difference.
     // Started at the target (10000): the knob came down to the difference.
     let pf = plant.knob(LoadMetric::PageFaultRate, 1);
     assert!((pf - 7000.0).abs() < 7000.0 * 0.03, "page-fault knob {pf}");
     let cs = plant.knob(LoadMetric::ContextSwitchRate, 1);
-    assert!((cs - 3500.0 / 1.9).abs() < 3500.0 / 1.9 * 0.06, "switch knob {cs}");
+    assert!(
+        (cs - 3500.0 / 1.9).abs() < 3500.0 / 1.9 * 0.06,
+        "switch knob {cs}"
+    );
     // Steady state: the mean error over the next 40 samples is small.
     let series = run(&mut lp, &mut plant, 40, (LoadMetric::PageFaultRate, 1));
     let mean = series.iter().sum::<f64>() / series.len() as f64;
@@ -83,8 +91,13 @@ fn three_coupled_cache_controllers_converge_without_sustained_oscillation() {
         let m = plant.next().unwrap();
         lp.step(&m, &mut plant);
         samples += 1;
-        assert!(samples < 400, "no convergence after {samples}: {:?}", lp.status());
+        assert!(
+            samples < 400,
+            "no convergence after {samples}: {:?}",
+            lp.status()
+        );
     }
+    eprintln!("three coupled cache controllers: converged after {samples} samples of {PERIOD_S} s (simulated)");
     // No sustained oscillation: over the next 60 samples every metric stays
     // within its tolerance and its swing (max − min) is small.
     for (m, t) in targets {
@@ -98,7 +111,10 @@ fn three_coupled_cache_controllers_converge_without_sustained_oscillation() {
         assert!(hi - lo < tol, "{m} swings {lo}..{hi}");
     }
     let k1 = plant.knob(LoadMetric::L1dMissRatio, 0);
-    assert!((k1 - 0.15).abs() < 0.01, "L1 knob {k1}: tops up the 0.05 background");
+    assert!(
+        (k1 - 0.15).abs() < 0.01,
+        "L1 knob {k1}: tops up the 0.05 background"
+    );
 }
 
 #[test]
@@ -120,7 +136,10 @@ fn saturation_holds_the_knob_at_its_end_and_recovers_at_once() {
     assert_eq!(plant.knob(LoadMetric::CpuUtil, 1), 0.0);
     assert!(!lp.convergence.converged());
     // Reachable again: converges as fast as from a fresh start (no windup).
-    lp.controllers.get_mut(&(LoadMetric::CpuUtil, 1)).unwrap().set_target(0.8);
+    lp.controllers
+        .get_mut(&(LoadMetric::CpuUtil, 1))
+        .unwrap()
+        .set_target(0.8);
     let mut n = 0;
     while !lp.convergence.converged() {
         let m = plant.next().unwrap();
@@ -131,7 +150,10 @@ fn saturation_holds_the_knob_at_its_end_and_recovers_at_once() {
     assert!((plant.knob(LoadMetric::CpuUtil, 1) - 0.3).abs() < 0.02);
     // Above the cap (0.5 + 0.95 > 1 is fine, but 0.5 + knob ≤ 1 means a 1.0 target
     // needs knob 0.5): a target of 1.0 is reachable; the knob never leaves its range.
-    lp.controllers.get_mut(&(LoadMetric::CpuUtil, 1)).unwrap().set_target(1.0);
+    lp.controllers
+        .get_mut(&(LoadMetric::CpuUtil, 1))
+        .unwrap()
+        .set_target(1.0);
     for _ in 0..100 {
         let m = plant.next().unwrap();
         lp.step(&m, &mut plant);
@@ -152,7 +174,10 @@ fn target_change_mid_run_is_followed() {
     );
     let first = run(&mut lp, &mut plant, 60, (LoadMetric::CpuUtil, 1));
     assert!((first.last().unwrap() - 0.35).abs() < 0.01);
-    lp.controllers.get_mut(&(LoadMetric::CpuUtil, 1)).unwrap().set_target(0.6);
+    lp.controllers
+        .get_mut(&(LoadMetric::CpuUtil, 1))
+        .unwrap()
+        .set_target(0.6);
     // A background appears at the same time.
     plant.background.insert((LoadMetric::CpuUtil, 1), 0.1);
     let second = run(&mut lp, &mut plant, 60, (LoadMetric::CpuUtil, 1));

@@ -110,16 +110,28 @@ pub fn align(series: &[&Series], step_ns: u64) -> Option<(Vec<u64>, Vec<Vec<f64>
     if step_ns == 0 || series.is_empty() {
         return None;
     }
-    let start = series.iter().map(|s| s.times().first().copied()).collect::<Option<Vec<_>>>()?;
-    let end = series.iter().map(|s| s.times().last().copied()).collect::<Option<Vec<_>>>()?;
+    let start = series
+        .iter()
+        .map(|s| s.times().first().copied())
+        .collect::<Option<Vec<_>>>()?;
+    let end = series
+        .iter()
+        .map(|s| s.times().last().copied())
+        .collect::<Option<Vec<_>>>()?;
     let (start, end) = (*start.iter().max()?, *end.iter().min()?);
     if end <= start || (end - start) / step_ns < 2 {
         return None;
     }
-    let out: Vec<Series> = series.iter().map(|s| s.resample(start, end, step_ns)).collect();
+    let out: Vec<Series> = series
+        .iter()
+        .map(|s| s.resample(start, end, step_ns))
+        .collect();
     let n = out.iter().map(Series::len).min()?;
     let times = out[0].times()[..n].to_vec();
-    Some((times, out.iter().map(|s| s.values()[..n].to_vec()).collect()))
+    Some((
+        times,
+        out.iter().map(|s| s.values()[..n].to_vec()).collect(),
+    ))
 }
 
 /// z-score normalization (mean 0, standard deviation 1; a constant series
@@ -140,9 +152,15 @@ fn filtered(xs: &[f64], p: &AnalysisParams) -> Vec<f64> {
 }
 
 /// Analyses one process (Listing 8.1).
-pub fn analyse(p: &ProcessSeries, params: &AnalysisParams) -> Result<ProcessCorrelation, SchedError> {
+pub fn analyse(
+    p: &ProcessSeries,
+    params: &AnalysisParams,
+) -> Result<ProcessCorrelation, SchedError> {
     if !(params.threshold.is_finite() && (0.0..=1.0).contains(&params.threshold)) {
-        return Err(SchedError::invalid("threshold θ", format!("{} is not in [0, 1]", params.threshold)));
+        return Err(SchedError::invalid(
+            "threshold θ",
+            format!("{} is not in [0, 1]", params.threshold),
+        ));
     }
     if params.filter_cutoff <= 0.0 || !(1..=8).contains(&params.filter_order) {
         return Err(SchedError::invalid(
@@ -260,10 +278,24 @@ pub fn render_svg(c: &ProcessCorrelation, path: &Path) -> Result<(), SchedError>
         let n = c.x_raw.len();
         for (area, r) in areas.iter().zip(&c.resources) {
             let raw = normalize(&r.raw);
-            let lo = raw.iter().chain(&r.filtered).chain(&c.x_filtered).copied().fold(f64::MAX, f64::min);
-            let hi = raw.iter().chain(&r.filtered).chain(&c.x_filtered).copied().fold(f64::MIN, f64::max);
+            let lo = raw
+                .iter()
+                .chain(&r.filtered)
+                .chain(&c.x_filtered)
+                .copied()
+                .fold(f64::MAX, f64::min);
+            let hi = raw
+                .iter()
+                .chain(&r.filtered)
+                .chain(&c.x_filtered)
+                .copied()
+                .fold(f64::MIN, f64::max);
             let (lo, hi) = if lo < hi { (lo, hi) } else { (-1.0, 1.0) };
-            let mark = if c.selected.first() == Some(&r.resource) { "  (r̂)" } else { "" };
+            let mark = if c.selected.first() == Some(&r.resource) {
+                "  (r̂)"
+            } else {
+                ""
+            };
             let mut chart = ChartBuilder::on(area)
                 .caption(
                     format!("{}: Corr = {:.3}{mark}", r.resource, r.correlation),
@@ -273,7 +305,11 @@ pub fn render_svg(c: &ProcessCorrelation, path: &Path) -> Result<(), SchedError>
                 .x_label_area_size(20)
                 .y_label_area_size(40)
                 .build_cartesian_2d(0..n.max(2), lo..hi)?;
-            chart.configure_mesh().disable_mesh().y_desc("z-score").draw()?;
+            chart
+                .configure_mesh()
+                .disable_mesh()
+                .y_desc("z-score")
+                .draw()?;
             chart
                 .draw_series(DashedLineSeries::new(
                     raw.iter().enumerate().map(|(i, v)| (i, *v)),
@@ -298,7 +334,12 @@ pub fn render_svg(c: &ProcessCorrelation, path: &Path) -> Result<(), SchedError>
         root.present()?;
         Ok(())
     };
-    plot().map_err(|e| SchedError::io(format!("render {}", path.display()), std::io::Error::other(e.to_string())))
+    plot().map_err(|e| {
+        SchedError::io(
+            format!("render {}", path.display()),
+            std::io::Error::other(e.to_string()),
+        )
+    })
 }
 
 #[cfg(test)]
@@ -306,7 +347,11 @@ mod tests {
     use super::*;
 
     fn series(values: impl IntoIterator<Item = f64>, step: u64) -> Series {
-        let pts: Vec<(u64, f64)> = values.into_iter().enumerate().map(|(i, v)| (i as u64 * step, v)).collect();
+        let pts: Vec<(u64, f64)> = values
+            .into_iter()
+            .enumerate()
+            .map(|(i, v)| (i as u64 * step, v))
+            .collect();
         Series::from_points(pts.len(), pts)
     }
 
@@ -316,8 +361,14 @@ mod tests {
     fn planted_correlation_is_found_and_sorted() {
         let n = 400;
         let slow: Vec<f64> = (0..n).map(|i| (i as f64 * 0.05).sin()).collect();
-        let noise: Vec<f64> = (0..n).map(|i| if i % 2 == 0 { 0.8 } else { -0.8 }).collect();
-        let a: Vec<f64> = slow.iter().zip(&noise).map(|(s, e)| 100.0 + 10.0 * s + 10.0 * e).collect();
+        let noise: Vec<f64> = (0..n)
+            .map(|i| if i % 2 == 0 { 0.8 } else { -0.8 })
+            .collect();
+        let a: Vec<f64> = slow
+            .iter()
+            .zip(&noise)
+            .map(|(s, e)| 100.0 + 10.0 * s + 10.0 * e)
+            .collect();
         let c: Vec<f64> = slow
             .iter()
             .enumerate()
@@ -343,14 +394,34 @@ mod tests {
         let r = analyse(&p, &params).unwrap();
         let names: Vec<&str> = r.resources.iter().map(|r| r.resource.as_str()).collect();
         assert_eq!(names, ["a", "c", "b"]);
-        assert!(r.resources[0].correlation > 0.98, "{:?}", r.resources[0].correlation);
-        assert!(r.resources[1].correlation < -0.7, "{:?}", r.resources[1].correlation);
+        assert!(
+            r.resources[0].correlation > 0.98,
+            "{:?}",
+            r.resources[0].correlation
+        );
+        assert!(
+            r.resources[1].correlation < -0.7,
+            "{:?}",
+            r.resources[1].correlation
+        );
         assert!(r.resources[2].correlation.abs() < 0.3);
         assert_eq!(r.r_hat(), Some("a"));
         assert_eq!(r.selected, ["a", "c"]);
         // Unfiltered, the alternating noise lowers Corr(a, x) well below the filtered value.
-        let raw = analyse(&p, &AnalysisParams { filter_cutoff: 1.0, ..params.clone() }).unwrap();
-        let a_raw = raw.resources.iter().find(|r| r.resource == "a").unwrap().correlation;
+        let raw = analyse(
+            &p,
+            &AnalysisParams {
+                filter_cutoff: 1.0,
+                ..params.clone()
+            },
+        )
+        .unwrap();
+        let a_raw = raw
+            .resources
+            .iter()
+            .find(|r| r.resource == "a")
+            .unwrap()
+            .correlation;
         assert!(a_raw < 0.8, "{a_raw}");
         assert!(r.table().contains("a "));
         let dir = tempfile::tempdir().unwrap();
@@ -380,7 +451,14 @@ mod tests {
             resources: BTreeMap::new(),
             x: Series::new(4),
         };
-        let e = analyse(&p, &AnalysisParams { threshold: 2.0, ..AnalysisParams::default() }).unwrap_err();
+        let e = analyse(
+            &p,
+            &AnalysisParams {
+                threshold: 2.0,
+                ..AnalysisParams::default()
+            },
+        )
+        .unwrap_err();
         assert!(e.to_string().contains("threshold"));
         let e = analyse(&p, &AnalysisParams::default()).unwrap_err();
         assert!(e.to_string().contains("overlap"));

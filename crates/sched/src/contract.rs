@@ -113,8 +113,9 @@ impl Contract {
 
     /// Parses and validates a contract.
     pub fn parse(text: &str) -> Result<Contract, SchedError> {
-        let c: Contract = serde_json::from_str(text)
-            .map_err(|e| SchedError::invalid("contract", format!("not a hwqos.contract/1 document: {e}")))?;
+        let c: Contract = serde_json::from_str(text).map_err(|e| {
+            SchedError::invalid("contract", format!("not a hwqos.contract/1 document: {e}"))
+        })?;
         c.validate()?;
         Ok(c)
     }
@@ -138,7 +139,8 @@ impl Contract {
             ));
         }
         for (i, e) in self.entries.iter().enumerate() {
-            let bad = |r: String| SchedError::invalid(format!("contract entry {i} (`{}`)", e.name), r);
+            let bad =
+                |r: String| SchedError::invalid(format!("contract entry {i} (`{}`)", e.name), r);
             if e.name.trim().is_empty() {
                 return Err(bad("the name is empty".into()));
             }
@@ -152,7 +154,10 @@ impl Contract {
                 )));
             }
             if e.quotas.len() > MAX_EVENTS {
-                return Err(bad(format!("{} quotas (at most {MAX_EVENTS})", e.quotas.len())));
+                return Err(bad(format!(
+                    "{} quotas (at most {MAX_EVENTS})",
+                    e.quotas.len()
+                )));
             }
             if let Some((ev, _)) = e.quotas.iter().find(|(_, q)| **q == 0) {
                 return Err(bad(format!("quota of `{ev}` is zero")));
@@ -162,7 +167,9 @@ impl Contract {
                     return Err(bad("allowed_cpus is empty (use null for any CPU)".into()));
                 }
                 if let Some(c) = e.affinity.iter().find(|c| !allowed.contains(c)) {
-                    return Err(bad(format!("affinity CPU {c} is not in allowed_cpus {allowed:?}")));
+                    return Err(bad(format!(
+                        "affinity CPU {c} is not in allowed_cpus {allowed:?}"
+                    )));
                 }
             }
         }
@@ -187,7 +194,9 @@ impl Contract {
             };
             let cpus = e.affinity.iter().chain(e.allowed_cpus.iter().flatten());
             if let Some(c) = cpus.clone().find(|c| !online_cpus.contains(c)) {
-                skipped.push(skip(format!("CPU {c} is not online here (online: {online_cpus:?})")));
+                skipped.push(skip(format!(
+                    "CPU {c} is not online here (online: {online_cpus:?})"
+                )));
                 continue;
             }
             let mut events = Vec::new();
@@ -276,11 +285,26 @@ mod tests {
     fn structural_errors_name_the_entry_and_field() {
         let cases = [
             (FIG_8_9.replace("hwqos.contract/1", "v0"), "schema `v0`"),
-            (FIG_8_9.replace("\"period_us\": 10000", "\"period_us\": 5"), "period_us 5"),
-            (FIG_8_9.replace("1000000", "0"), "quota of `L1-dcache-loads` is zero"),
-            (FIG_8_9.replace("\"allowed_cpus\": null", "\"allowed_cpus\": [1]"), "affinity CPU 0 is not in allowed_cpus"),
-            (FIG_8_9.replace("\"affinity\": [1]", "\"afinity\": [1]"), "unknown field `afinity`"),
-            (FIG_8_9.replace("name:testrun_core1", "pid:abc"), "invalid target `pid:abc`"),
+            (
+                FIG_8_9.replace("\"period_us\": 10000", "\"period_us\": 5"),
+                "period_us 5",
+            ),
+            (
+                FIG_8_9.replace("1000000", "0"),
+                "quota of `L1-dcache-loads` is zero",
+            ),
+            (
+                FIG_8_9.replace("\"allowed_cpus\": null", "\"allowed_cpus\": [1]"),
+                "affinity CPU 0 is not in allowed_cpus",
+            ),
+            (
+                FIG_8_9.replace("\"affinity\": [1]", "\"afinity\": [1]"),
+                "unknown field `afinity`",
+            ),
+            (
+                FIG_8_9.replace("name:testrun_core1", "pid:abc"),
+                "invalid target `pid:abc`",
+            ),
             ("[1,2".to_string(), "not a hwqos.contract/1 document"),
         ];
         for (text, want) in cases {
@@ -291,22 +315,36 @@ mod tests {
 
     #[test]
     fn resolve_skips_bad_cpus_unknown_events_and_vanished_pids() {
-        let mut child = std::process::Command::new("sleep").arg("30").spawn().unwrap();
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .unwrap();
         let pid = child.id();
-        let entry = |name: &str, process: String, affinity: Vec<u32>, quotas: &[(&str, u64)]| Entry {
-            name: name.into(),
-            description: String::new(),
-            process: process.parse().unwrap(),
-            allowed_cpus: None,
-            affinity,
-            period_us: 10_000,
-            quotas: quotas.iter().map(|(k, v)| (k.to_string(), *v)).collect(),
-            explanation: vec![],
-        };
+        let entry =
+            |name: &str, process: String, affinity: Vec<u32>, quotas: &[(&str, u64)]| Entry {
+                name: name.into(),
+                description: String::new(),
+                process: process.parse().unwrap(),
+                allowed_cpus: None,
+                affinity,
+                period_us: 10_000,
+                quotas: quotas.iter().map(|(k, v)| (k.to_string(), *v)).collect(),
+                explanation: vec![],
+            };
         let c = Contract::new(vec![
-            entry("ok", format!("pid:{pid}"), vec![0], &[("sw.page_faults", 50)]),
+            entry(
+                "ok",
+                format!("pid:{pid}"),
+                vec![0],
+                &[("sw.page_faults", 50)],
+            ),
             entry("bad-cpu", format!("pid:{pid}"), vec![999], &[]),
-            entry("bad-event", format!("pid:{pid}"), vec![0], &[("no.such_event", 5)]),
+            entry(
+                "bad-event",
+                format!("pid:{pid}"),
+                vec![0],
+                &[("no.such_event", 5)],
+            ),
             entry("gone", "pid:999999999".into(), vec![0], &[]),
         ]);
         c.validate().unwrap();
@@ -318,10 +356,16 @@ mod tests {
         assert_eq!(ok.len(), 1);
         assert_eq!(ok[0].pids, vec![pid]);
         assert_eq!(ok[0].quotas.as_ref().unwrap().events[0].attr.config, 2);
-        let reasons: Vec<(&str, &str)> = skipped.iter().map(|s| (s.entry.as_str(), s.reason.as_str())).collect();
+        let reasons: Vec<(&str, &str)> = skipped
+            .iter()
+            .map(|s| (s.entry.as_str(), s.reason.as_str()))
+            .collect();
         assert_eq!(reasons.len(), 3, "{reasons:?}");
         assert!(reasons[0].0 == "bad-cpu" && reasons[0].1.contains("CPU 999 is not online"));
         assert!(reasons[1].0 == "bad-event" && reasons[1].1.contains("no.such_event"));
-        assert!(reasons[2].0 == "gone" && reasons[2].1.contains("no running process"), "{reasons:?}");
+        assert!(
+            reasons[2].0 == "gone" && reasons[2].1.contains("no running process"),
+            "{reasons:?}"
+        );
     }
 }

@@ -12,7 +12,12 @@ use std::path::{Path, PathBuf};
 
 /// Opens a perf counter for `attr` on thread `tid`; with `sample_period`
 /// it starts disabled (for overflow use), otherwise it counts at once.
-pub fn open(tid: u32, name: &str, attr: &EventAttr, sample_period: Option<u64>) -> Result<OwnedFd, SchedError> {
+pub fn open(
+    tid: u32,
+    name: &str,
+    attr: &EventAttr,
+    sample_period: Option<u64>,
+) -> Result<OwnedFd, SchedError> {
     // SAFETY: perf_event_attr is plain data; all-zero is its documented default.
     let mut a: sys::bindings::perf_event_attr = unsafe { std::mem::zeroed() };
     a.type_ = attr.type_;
@@ -27,7 +32,15 @@ pub fn open(tid: u32, name: &str, attr: &EventAttr, sample_period: Option<u64>) 
         a.__bindgen_anon_2.wakeup_events = 1;
     }
     // SAFETY: `a` is initialised; the kernel copies it.
-    let fd = unsafe { sys::perf_event_open(&mut a, tid as i32, -1, -1, sys::bindings::PERF_FLAG_FD_CLOEXEC as _) };
+    let fd = unsafe {
+        sys::perf_event_open(
+            &mut a,
+            tid as i32,
+            -1,
+            -1,
+            sys::bindings::PERF_FLAG_FD_CLOEXEC as _,
+        )
+    };
     if fd < 0 {
         let err = std::io::Error::last_os_error();
         return Err(match err.raw_os_error() {
@@ -62,7 +75,12 @@ pub struct ProcessCounter {
 }
 
 impl ProcessCounter {
-    pub fn open(proc_root: &Path, pid: u32, name: &str, attr: EventAttr) -> Result<ProcessCounter, SchedError> {
+    pub fn open(
+        proc_root: &Path,
+        pid: u32,
+        name: &str,
+        attr: EventAttr,
+    ) -> Result<ProcessCounter, SchedError> {
         let mut c = ProcessCounter {
             proc_root: proc_root.to_path_buf(),
             pid,
@@ -80,8 +98,14 @@ impl ProcessCounter {
 
     /// Adds new threads and folds exited ones into the total.
     pub fn refresh(&mut self) -> Result<(), SchedError> {
-        let tids = crate::proc::threads(&self.proc_root, self.pid).ok_or(SchedError::Vanished { pid: self.pid })?;
-        let gone: Vec<u32> = self.threads.keys().copied().filter(|t| !tids.contains(t)).collect();
+        let tids = crate::proc::threads(&self.proc_root, self.pid)
+            .ok_or(SchedError::Vanished { pid: self.pid })?;
+        let gone: Vec<u32> = self
+            .threads
+            .keys()
+            .copied()
+            .filter(|t| !tids.contains(t))
+            .collect();
         for t in gone {
             if let Some(fd) = self.threads.remove(&t) {
                 self.exited += read(&fd).unwrap_or(0);
@@ -104,7 +128,12 @@ impl ProcessCounter {
 
     /// Events counted on the process since the counters were opened.
     pub fn total(&self) -> u64 {
-        self.exited + self.threads.values().map(|fd| read(fd).unwrap_or(0)).sum::<u64>()
+        self.exited
+            + self
+                .threads
+                .values()
+                .map(|fd| read(fd).unwrap_or(0))
+                .sum::<u64>()
     }
 }
 
@@ -115,8 +144,19 @@ mod tests {
     /// Page faults of this process: touching N fresh pages adds at least N.
     #[test]
     fn counts_page_faults_of_this_process() {
-        let attr = EventAttr { type_: 1, config: 2, config1: 0, config2: 0 };
-        let c = ProcessCounter::open(Path::new("/proc"), std::process::id(), "sw.page_faults", attr).unwrap();
+        let attr = EventAttr {
+            type_: 1,
+            config: 2,
+            config1: 0,
+            config2: 0,
+        };
+        let c = ProcessCounter::open(
+            Path::new("/proc"),
+            std::process::id(),
+            "sw.page_faults",
+            attr,
+        )
+        .unwrap();
         let before = c.total();
         hwqos_core::mem::touch_fresh_pages(500).unwrap();
         let after = c.total();

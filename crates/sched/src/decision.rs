@@ -37,10 +37,19 @@ struct Domains {
 
 fn domains_at(topo: &Topology, level: u8) -> Domains {
     let online = topo.online_cpus();
-    let keep = |cpus: &[u32]| -> Vec<u32> { cpus.iter().copied().filter(|c| online.contains(c)).collect() };
+    let keep = |cpus: &[u32]| -> Vec<u32> {
+        cpus.iter()
+            .copied()
+            .filter(|c| online.contains(c))
+            .collect()
+    };
     let caches = topo.cache_domains(level);
     if !caches.is_empty() {
-        let sets: Vec<Vec<u32>> = caches.iter().map(|d| keep(&d.cpus)).filter(|s| !s.is_empty()).collect();
+        let sets: Vec<Vec<u32>> = caches
+            .iter()
+            .map(|d| keep(&d.cpus))
+            .filter(|s| !s.is_empty())
+            .collect();
         return Domains {
             kind: format!("L{level}"),
             sets,
@@ -50,7 +59,12 @@ fn domains_at(topo: &Topology, level: u8) -> Domains {
     if level <= 2 {
         Domains {
             kind: "core".into(),
-            sets: topo.cores().iter().map(|c| keep(c)).filter(|s| !s.is_empty()).collect(),
+            sets: topo
+                .cores()
+                .iter()
+                .map(|c| keep(c))
+                .filter(|s| !s.is_empty())
+                .collect(),
         }
     } else {
         let mut sets: Vec<Vec<u32>> = topo
@@ -86,7 +100,10 @@ impl Placer<'_> {
     }
 
     fn core_load(&self, cpu: u32) -> f64 {
-        self.core_of(cpu).iter().map(|c| self.load.get(c).copied().unwrap_or(0.0)).sum()
+        self.core_of(cpu)
+            .iter()
+            .map(|c| self.load.get(c).copied().unwrap_or(0.0))
+            .sum()
     }
 
     fn cpu_load(&self, cpu: u32) -> f64 {
@@ -132,7 +149,11 @@ pub fn decide(topo: &Topology, model: &SensitivityModel) -> Result<Decision, Sch
     let mut groups: BTreeMap<(String, u8), Vec<usize>> = BTreeMap::new();
     let mut cpu_only = Vec::new();
     for (i, p) in model.processes.iter().enumerate() {
-        match p.sensitive_to.first().and_then(|s| s.cache_level().map(|l| (s.resource.clone(), l))) {
+        match p
+            .sensitive_to
+            .first()
+            .and_then(|s| s.cache_level().map(|l| (s.resource.clone(), l)))
+        {
             Some(key) => groups.entry(key).or_default().push(i),
             None => cpu_only.push(i),
         }
@@ -191,7 +212,10 @@ pub fn decide(topo: &Topology, model: &SensitivityModel) -> Result<Decision, Sch
                     domains.kind, domains.sets[d]
                 ));
             }
-            why.push(format!("CPUs {cpus:?}: the least loaded in that domain for demand {:.2}", p.cpu_demand));
+            why.push(format!(
+                "CPUs {cpus:?}: the least loaded in that domain for demand {:.2}",
+                p.cpu_demand
+            ));
             in_domain[d] += 1;
             placer.assign(p, &cpus);
             explanations.insert(i, why);
@@ -199,13 +223,21 @@ pub fn decide(topo: &Topology, model: &SensitivityModel) -> Result<Decision, Sch
     }
 
     let mut rest = cpu_only;
-    rest.sort_by(|a, b| model.processes[*b].cpu_demand.total_cmp(&model.processes[*a].cpu_demand).then(a.cmp(b)));
+    rest.sort_by(|a, b| {
+        model.processes[*b]
+            .cpu_demand
+            .total_cmp(&model.processes[*a].cpu_demand)
+            .then(a.cmp(b))
+    });
     for i in rest {
         let p = &model.processes[i];
         let allowed = allowed_cpus(p, model, &online);
         let cands = candidates(&placer, p, model, &online, &allowed);
         let mut why = vec![match p.sensitive_to.first() {
-            Some(s) => format!("r̂ = {} (Corr {:.2}) is CPU time, not a shared cache: placed by CPU demand", s.resource, s.correlation),
+            Some(s) => format!(
+                "r̂ = {} (Corr {:.2}) is CPU time, not a shared cache: placed by CPU demand",
+                s.resource, s.correlation
+            ),
             None => "no resource sensitivity above θ: placed by CPU demand".to_string(),
         }];
         if cands.is_empty() {
@@ -230,7 +262,12 @@ pub fn decide(topo: &Topology, model: &SensitivityModel) -> Result<Decision, Sch
         let mut period_us = p.period_us;
         for c in &model.constraints {
             match c {
-                Constraint::MaxEvents { process, event, quota, period_us: pu } if *process == p.process => {
+                Constraint::MaxEvents {
+                    process,
+                    event,
+                    quota,
+                    period_us: pu,
+                } if *process == p.process => {
                     quotas.insert(event.clone(), *quota);
                     period_us = *pu;
                     why.push(format!("constraint: at most {quota} {event} per {pu} µs"));
@@ -238,8 +275,12 @@ pub fn decide(topo: &Topology, model: &SensitivityModel) -> Result<Decision, Sch
                 Constraint::OnlyCpus { process, cpus } if *process == p.process => {
                     why.push(format!("constraint: only CPUs {cpus:?}"));
                 }
-                Constraint::NotSameCore { process, other } if *process == p.process || *other == p.process => {
-                    why.push(format!("constraint: {process} never on the same core as {other}"));
+                Constraint::NotSameCore { process, other }
+                    if *process == p.process || *other == p.process =>
+                {
+                    why.push(format!(
+                        "constraint: {process} never on the same core as {other}"
+                    ));
                 }
                 _ => {}
             }
@@ -282,8 +323,18 @@ fn allowed_cpus(p: &ProcessModel, model: &SensitivityModel, online: &[u32]) -> V
 
 /// CPUs of `set` the process may use: allowed, and off the cores of processes
 /// it must not share a core with (when that leaves anything).
-fn candidates(placer: &Placer, p: &ProcessModel, model: &SensitivityModel, set: &[u32], allowed: &[u32]) -> Vec<u32> {
-    let base: Vec<u32> = set.iter().copied().filter(|c| allowed.contains(c)).collect();
+fn candidates(
+    placer: &Placer,
+    p: &ProcessModel,
+    model: &SensitivityModel,
+    set: &[u32],
+    allowed: &[u32],
+) -> Vec<u32> {
+    let base: Vec<u32> = set
+        .iter()
+        .copied()
+        .filter(|c| allowed.contains(c))
+        .collect();
     let mut banned = Vec::new();
     for c in &model.constraints {
         if let Constraint::NotSameCore { process, other } = c {

@@ -11,7 +11,9 @@
 //! `SIGTERM`/`SIGINT`/`SIGHUP` so a group-wide stop signal cannot kill it
 //! before the agent's pipe closes.
 //!
-//! Protocol, one line each: `pid N`, `cgroup PATH`, `-pid N`, `-cgroup PATH`.
+//! Protocol, one line each: `pid N`, `cgroup PATH`, `-pid N`, `-cgroup PATH`,
+//! and `bye` (clean shutdown: the agent has released everything and is
+//! still alive, so the guardian thaws what is left at once and exits).
 
 use std::collections::BTreeSet;
 use std::io::{self, BufRead, BufReader, Read, Write};
@@ -23,6 +25,8 @@ use std::process::{Child, ChildStdin, Command, Stdio};
 pub struct Registry {
     pub pids: BTreeSet<u32>,
     pub cgroups: BTreeSet<PathBuf>,
+    /// The agent said `bye`.
+    pub clean: bool,
 }
 
 impl Registry {
@@ -45,6 +49,9 @@ impl Registry {
             return;
         } else if let Some(p) = line.strip_prefix("-cgroup ") {
             self.cgroups.remove(Path::new(p));
+            return;
+        } else if line == "bye" {
+            self.clean = true;
             return;
         } else if line.is_empty() {
             return;
@@ -85,7 +92,7 @@ pub fn thaw(registry: &Registry) -> (usize, usize) {
 /// then thaws, and thaws once more 10 ms later.
 pub fn run_for(input: impl Read, agent: Option<u32>) -> Registry {
     let registry = read_until_eof(input);
-    if let Some(agent) = agent {
+    if let (Some(agent), false) = (agent, registry.clean) {
         for _ in 0..1000 {
             // SAFETY: getppid has no preconditions.
             if unsafe { libc::getppid() } as u32 != agent {
@@ -199,7 +206,9 @@ impl GuardianClient {
 
 impl Drop for GuardianClient {
     fn drop(&mut self) {
-        // Closing the pipe makes the guardian thaw and exit; reap it.
+        // A clean goodbye, then closing the pipe makes the guardian thaw
+        // whatever is still registered and exit; reap it.
+        let _ = self.send("bye\n".to_string());
         self.out = Box::new(io::sink());
         if let Some(mut c) = self.child.take() {
             let _ = c.wait();
@@ -214,13 +223,24 @@ mod tests {
     #[test]
     fn registry_follows_the_protocol() {
         let mut r = Registry::default();
-        for l in ["pid 10", "pid 11", "cgroup /a/b", "-pid 10", "junk", "", "pid x"] {
+        for l in [
+            "pid 10",
+            "pid 11",
+            "cgroup /a/b",
+            "-pid 10",
+            "junk",
+            "",
+            "pid x",
+        ] {
             r.apply(l);
         }
         assert_eq!(r.pids.iter().copied().collect::<Vec<_>>(), vec![11]);
         assert_eq!(r.cgroups.len(), 1);
         r.apply("-cgroup /a/b");
         assert!(r.cgroups.is_empty());
+        assert!(!r.clean);
+        r.apply("bye");
+        assert!(r.clean);
     }
 
     #[test]

@@ -84,7 +84,9 @@ pub fn run(
     }
     let page = 4096usize;
     let mapping = match spec.kind {
-        LeechKind::Memory | LeechKind::Faults => Some(AnonMapping::map(spec.working_set.max(page))?),
+        LeechKind::Memory | LeechKind::Faults => {
+            Some(AnonMapping::map(spec.working_set.max(page))?)
+        }
         _ => None,
     };
     if let Some(m) = &mapping {
@@ -189,7 +191,12 @@ mod tests {
             stride: 0,
             ..LeechSpec::default()
         };
-        let err = run(&spec, &AtomicU64::new(0), &AtomicBool::new(true), &AtomicU64::new(0));
+        let err = run(
+            &spec,
+            &AtomicU64::new(0),
+            &AtomicBool::new(true),
+            &AtomicU64::new(0),
+        );
         assert!(err.is_err());
     }
 }

@@ -3,10 +3,23 @@
 //! resource sensitivity models, the placement decision engine, contracts, and
 //! quota enforcement backends.
 //!
+//! - [`analysis`]: align, normalize, Butterworth-filter and correlate the
+//!   resource series *R* with the application metric *x*; pick r̂ above θ;
+//!   table and SVG (thesis Fig. 8.11);
+//! - [`model`]: the resource sensitivity model and manual constraints,
+//!   persisted as JSON with an atomic save;
+//! - [`decision`]: the decision engine — placement by r̂ and cache domains,
+//!   then by CPU demand, with constraints and explanations;
+//! - [`contract`]: the allocation-and-scheduling contract (`hwqos.contract/1`,
+//!   thesis Fig. 8.9), validation and resolution against this machine;
+//! - [`proc`]: thread lists, task state, verified affinity of every thread;
 //! - [`backend`]: the [`backend::QuotaBackend`] seam with the userspace
-//!   backend (perf overflow signals + freeze/SIGSTOP) and the `SCHED_SRA` kernel class;
+//!   backend (perf overflow signals + SIGSTOP/cgroup freeze) and the
+//!   `SCHED_SRA` kernel class, and [`backend::detect`];
 //! - [`guardian`]: the crash guardian that thaws everything if the agent dies;
-//! - [`proc`]: thread lists, task state, affinity of every thread (verified).
+//! - [`counter`]: counting perf counters summed over a process's threads;
+//! - [`limit`], [`leech`]: the resource-limit finder (Listing 8.2) and the
+//!   CPU / memory / FPU / page-fault leeches (thesis 8.4.2).
 
 pub mod analysis;
 pub mod backend;

@@ -73,8 +73,13 @@ pub struct LimitResult {
 }
 
 /// Runs Listing 8.2.
-pub fn find_limit(probe: &mut dyn Probe, ramp: &mut dyn Ramp, p: &LimitParams) -> Result<LimitResult, SchedError> {
-    if !(p.omega > 0.0 && p.omega <= 1.0) || !(p.step > 0.0 && p.step <= 1.0) {
+pub fn find_limit(
+    probe: &mut dyn Probe,
+    ramp: &mut dyn Ramp,
+    p: &LimitParams,
+) -> Result<LimitResult, SchedError> {
+    let in_unit = |v: f64| v > 0.0 && v <= 1.0;
+    if !in_unit(p.omega) || !in_unit(p.step) {
         return Err(SchedError::invalid(
             "limit finder parameters",
             format!("omega {} and step {} must be in (0, 1]", p.omega, p.step),
@@ -83,7 +88,10 @@ pub fn find_limit(probe: &mut dyn Probe, ramp: &mut dyn Ramp, p: &LimitParams) -
     ramp.set_intensity(0.0);
     let (x_bar, r_bar) = probe.measure(p.baseline)?;
     if !(x_bar.is_finite() && x_bar > 0.0) {
-        return Err(SchedError::invalid("baseline x̄", format!("{x_bar} (the victim reported no performance)")));
+        return Err(SchedError::invalid(
+            "baseline x̄",
+            format!("{x_bar} (the victim reported no performance)"),
+        ));
     }
     let x_limit = p.omega * x_bar;
     let mut steps = Vec::new();
@@ -94,7 +102,11 @@ pub fn find_limit(probe: &mut dyn Probe, ramp: &mut dyn Ramp, p: &LimitParams) -
         intensity = (intensity + p.step).min(1.0);
         ramp.set_intensity(intensity);
         let (x, r) = probe.measure(p.step_interval)?;
-        steps.push(LimitStep { intensity, x, r_per_s: r });
+        steps.push(LimitStep {
+            intensity,
+            x,
+            r_per_s: r,
+        });
         if x < x_limit {
             degraded = true;
             break;
@@ -144,7 +156,12 @@ mod tests {
     #[test]
     fn listing_8_2_known_answer() {
         let i = Rc::new(Cell::new(0.0));
-        let r = find_limit(&mut Model(i.clone()), &mut Knob(i.clone()), &LimitParams::default()).unwrap();
+        let r = find_limit(
+            &mut Model(i.clone()),
+            &mut Knob(i.clone()),
+            &LimitParams::default(),
+        )
+        .unwrap();
         assert_eq!(r.x_bar, 100.0);
         assert_eq!(r.x_limit, 90.0);
         assert_eq!(r.steps.len(), 2);
@@ -163,11 +180,26 @@ mod tests {
             }
         }
         let i = Rc::new(Cell::new(0.0));
-        let r = find_limit(&mut Flat, &mut Knob(i), &LimitParams { step: 0.25, ..LimitParams::default() }).unwrap();
+        let r = find_limit(
+            &mut Flat,
+            &mut Knob(i),
+            &LimitParams {
+                step: 0.25,
+                ..LimitParams::default()
+            },
+        )
+        .unwrap();
         assert!(!r.degraded);
         assert_eq!(r.steps.len(), 4);
         assert_eq!(r.quota_per_period, 20);
-        let e = find_limit(&mut Flat, &mut Knob(Rc::new(Cell::new(0.0))), &LimitParams { omega: 0.0, ..LimitParams::default() });
+        let e = find_limit(
+            &mut Flat,
+            &mut Knob(Rc::new(Cell::new(0.0))),
+            &LimitParams {
+                omega: 0.0,
+                ..LimitParams::default()
+            },
+        );
         assert!(e.unwrap_err().to_string().contains("omega"));
     }
 }

@@ -88,7 +88,10 @@ pub enum Constraint {
         other: TargetSelector,
     },
     /// `process` may only use these CPUs.
-    OnlyCpus { process: TargetSelector, cpus: Vec<u32> },
+    OnlyCpus {
+        process: TargetSelector,
+        cpus: Vec<u32>,
+    },
     /// At most `quota` events of `event` per period for `process`.
     MaxEvents {
         process: TargetSelector,
@@ -140,10 +143,17 @@ impl SensitivityModel {
                     format!("cpu_demand {} (expected 0 < demand ≤ 4096)", p.cpu_demand),
                 ));
             }
-            if let Some(s) = p.sensitive_to.iter().find(|s| !s.correlation.is_finite() || s.correlation.abs() > 1.0) {
+            if let Some(s) = p
+                .sensitive_to
+                .iter()
+                .find(|s| !s.correlation.is_finite() || s.correlation.abs() > 1.0)
+            {
                 return Err(SchedError::invalid(
                     format!("sensitivity model entry `{}`", p.process),
-                    format!("correlation {} of `{}` is not in [-1, 1]", s.correlation, s.resource),
+                    format!(
+                        "correlation {} of `{}` is not in [-1, 1]",
+                        s.correlation, s.resource
+                    ),
                 ));
             }
         }
@@ -157,7 +167,9 @@ impl SensitivityModel {
             source: e,
         };
         match std::fs::metadata(path) {
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(SensitivityModel::default()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Ok(SensitivityModel::default())
+            }
             Err(e) => return Err(file_err(e)),
             Ok(m) if m.len() > MAX_MODEL_BYTES => {
                 return Err(SchedError::invalid(
@@ -168,13 +180,17 @@ impl SensitivityModel {
             Ok(_) => {}
         }
         let text = std::fs::read_to_string(path).map_err(file_err)?;
-        Self::parse(&text).map_err(|e| SchedError::invalid(format!("{}", path.display()), e.to_string()))
+        Self::parse(&text)
+            .map_err(|e| SchedError::invalid(format!("{}", path.display()), e.to_string()))
     }
 
     /// Saves atomically: write a temporary file in the same directory, fsync,
     /// rename over the old one.
     pub fn save(&self, path: &Path) -> Result<(), SchedError> {
-        let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+        let dir = path
+            .parent()
+            .filter(|p| !p.as_os_str().is_empty())
+            .unwrap_or(Path::new("."));
         let file_err = |e| SchedError::File {
             path: path.to_path_buf(),
             source: e,
@@ -185,16 +201,24 @@ impl SensitivityModel {
             std::process::id()
         ));
         let mut f = std::fs::File::create(&tmp).map_err(file_err)?;
-        f.write_all(serde_json::to_string_pretty(self).expect("serializes").as_bytes())
-            .and_then(|_| f.sync_all())
-            .map_err(file_err)?;
+        f.write_all(
+            serde_json::to_string_pretty(self)
+                .expect("serializes")
+                .as_bytes(),
+        )
+        .and_then(|_| f.sync_all())
+        .map_err(file_err)?;
         std::fs::rename(&tmp, path).map_err(file_err)?;
         Ok(())
     }
 
     /// Inserts or replaces the model of `process`.
     pub fn upsert(&mut self, model: ProcessModel) {
-        match self.processes.iter_mut().find(|p| p.process == model.process) {
+        match self
+            .processes
+            .iter_mut()
+            .find(|p| p.process == model.process)
+        {
             Some(p) => *p = model,
             None => self.processes.push(model),
         }
@@ -209,7 +233,10 @@ mod tests {
     fn save_is_atomic_and_round_trips() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("model.json");
-        assert_eq!(SensitivityModel::load(&path).unwrap(), SensitivityModel::default());
+        assert_eq!(
+            SensitivityModel::load(&path).unwrap(),
+            SensitivityModel::default()
+        );
         let mut m = SensitivityModel::default();
         m.upsert(ProcessModel {
             process: "name:p1".parse().unwrap(),
@@ -235,7 +262,9 @@ mod tests {
 
     #[test]
     fn bad_models_are_named() {
-        let e = SensitivityModel::parse(r#"{"schema":"x"}"#).unwrap_err().to_string();
+        let e = SensitivityModel::parse(r#"{"schema":"x"}"#)
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("schema `x`"));
         let e = SensitivityModel::parse(
             r#"{"schema":"hwqos.sensitivity/1","processes":[{"process":"name:a","cpu_demand":-1}]}"#,

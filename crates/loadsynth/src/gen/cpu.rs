@@ -20,15 +20,15 @@ pub fn run(ctx: &Context, duty: &Knob) {
         let d = duty.get().clamp(0.0, 1.0);
         let start = thread_cpu_ns();
         let busy_until = start + (d * period as f64) as u64;
-        // Give up the slice at the wall-clock end of the period even if
-        // preemption kept the thread from its share (checked every ~1000 spins).
-        let wall_end = monotonic_ns() + period;
+        // Preempted time does not count: the slice ends when the thread has
+        // had its CPU time (or on stop, or after 10 periods of starvation).
+        let give_up = monotonic_ns() + 10 * period;
         let mut spins = 0u64;
         loop {
             for _ in 0..1000 {
                 spins = std::hint::black_box(spins.wrapping_add(1));
             }
-            if thread_cpu_ns() >= busy_until || monotonic_ns() >= wall_end {
+            if thread_cpu_ns() >= busy_until || ctx.stop.is_stopped() || monotonic_ns() >= give_up {
                 break;
             }
         }

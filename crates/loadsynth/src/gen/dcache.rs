@@ -50,7 +50,9 @@ impl Geometry {
                 ways: *ways as u32,
                 line_size: *line as u32,
             }),
-            _ => Err(format!("`{s}`: expected SIZE,WAYS,LINE in bytes (e.g. 32768,8,64)")),
+            _ => Err(format!(
+                "`{s}`: expected SIZE,WAYS,LINE in bytes (e.g. 32768,8,64)"
+            )),
         }
     }
 
@@ -199,7 +201,11 @@ impl Plan {
         let mut out = Vec::new();
         for k in 0..fractions.len() {
             let reach: f64 = fractions[k..].iter().sum();
-            let arrive: f64 = if k == 0 { 1.0 } else { fractions[k - 1..].iter().sum() };
+            let arrive: f64 = if k == 0 {
+                1.0
+            } else {
+                fractions[k - 1..].iter().sum()
+            };
             out.push(if arrive > 0.0 { reach / arrive } else { 0.0 });
         }
         out
@@ -259,7 +265,8 @@ impl Buffer {
                 // SAFETY: start + cur < start + wrap lies inside the mapping (Plan::new).
                 let first = unsafe { base.add(start) };
                 for _ in 0..count {
-                    sum = sum.wrapping_add(unsafe { std::ptr::read_volatile(first.add(cur)) } as u64);
+                    sum =
+                        sum.wrapping_add(unsafe { std::ptr::read_volatile(first.add(cur)) } as u64);
                     cur += stride;
                     if cur == wrap {
                         cur = 0;
@@ -309,9 +316,21 @@ mod tests {
 
     fn node_like() -> Vec<Geometry> {
         vec![
-            Geometry { size_bytes: 32 << 10, ways: 8, line_size: 64 },
-            Geometry { size_bytes: 1 << 20, ways: 8, line_size: 64 },
-            Geometry { size_bytes: 32 << 20, ways: 16, line_size: 64 },
+            Geometry {
+                size_bytes: 32 << 10,
+                ways: 8,
+                line_size: 64,
+            },
+            Geometry {
+                size_bytes: 1 << 20,
+                ways: 8,
+                line_size: 64,
+            },
+            Geometry {
+                size_bytes: 32 << 20,
+                ways: 16,
+                line_size: 64,
+            },
         ]
     }
 
@@ -334,8 +353,10 @@ mod tests {
     fn streams_miss_exactly_their_levels_in_an_lru_model() {
         let levels = node_like();
         let plan = Plan::new(&levels).unwrap();
-        let mut caches: Vec<Vec<Vec<u64>>> =
-            levels.iter().map(|g| vec![Vec::new(); g.sets() as usize]).collect();
+        let mut caches: Vec<Vec<Vec<u64>>> = levels
+            .iter()
+            .map(|g| vec![Vec::new(); g.sets() as usize])
+            .collect();
         let mut misses = vec![0u64; levels.len()];
         let mut access = |addr: u64, misses: &mut Vec<u64>| {
             for (lvl, g) in levels.iter().enumerate() {

@@ -13,20 +13,24 @@ pub fn run(ctx: &Context, rate: &Knob, pages: usize) -> std::io::Result<()> {
     let map = AnonMapping::map(pages * page)?;
     map.advise(0, map.len(), libc::MADV_NOHUGEPAGE);
     let mut next = 0usize;
-    paced(&ctx.stop, || rate.get(), |n| {
-        let mut left = n as usize;
-        while left > 0 {
-            let batch = left.min(pages - next);
-            for p in next..next + batch {
-                // SAFETY: p < pages: inside the mapping.
-                unsafe { std::ptr::write_volatile(map.as_ptr().add(p * page), 1u8) };
+    paced(
+        &ctx.stop,
+        || rate.get(),
+        |n| {
+            let mut left = n as usize;
+            while left > 0 {
+                let batch = left.min(pages - next);
+                for p in next..next + batch {
+                    // SAFETY: p < pages: inside the mapping.
+                    unsafe { std::ptr::write_volatile(map.as_ptr().add(p * page), 1u8) };
+                }
+                map.advise(next * page, batch * page, libc::MADV_DONTNEED);
+                ctx.done.add(batch as u64);
+                next = (next + batch) % pages;
+                left -= batch;
             }
-            map.advise(next * page, batch * page, libc::MADV_DONTNEED);
-            ctx.done.add(batch as u64);
-            next = (next + batch) % pages;
-            left -= batch;
-        }
-    });
+        },
+    );
     Ok(())
 }
 

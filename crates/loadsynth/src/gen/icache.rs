@@ -27,7 +27,9 @@ pub fn calls(far: f64, calls: u64, state: &mut u64) -> u64 {
     let n = ICACHE_TABLE.len() as u64;
     for i in 0..calls {
         let f = if carry.take(far.clamp(0.0, 1.0)) > 0 {
-            *state = state.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            *state = state
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
             (*state >> 33) % n
         } else {
             i % 4
@@ -52,6 +54,10 @@ pub fn run(ctx: &Context, far: &Knob) {
 mod tests {
     #[test]
     fn generated_code_spans_several_l1i() {
-        assert!(super::code_span_bytes() > 4 * 32 * 1024, "{}", super::code_span_bytes());
+        assert!(
+            super::code_span_bytes() > 4 * 32 * 1024,
+            "{}",
+            super::code_span_bytes()
+        );
     }
 }

@@ -58,12 +58,19 @@ impl Default for IoSettings {
 }
 
 /// Runs until stopped or until `max_total_bytes` were written.
-pub fn run(ctx: &Context, rate: &Knob, cfg: &IoSettings, max_total_bytes: u64) -> std::io::Result<()> {
+pub fn run(
+    ctx: &Context,
+    rate: &Knob,
+    cfg: &IoSettings,
+    max_total_bytes: u64,
+) -> std::io::Result<()> {
     let block = cfg.block_bytes.max(512);
     let blocks_in_file = (cfg.file_bytes / block as u64).max(1);
-    let path = cfg
-        .dir
-        .join(format!("hwqos-loadgen-io-{}-{}.dat", std::process::id(), ctx.cpu));
+    let path = cfg.dir.join(format!(
+        "hwqos-loadgen-io-{}-{}.dat",
+        std::process::id(),
+        ctx.cpu
+    ));
     let mut opts = std::fs::OpenOptions::new();
     opts.create(true).write(true).truncate(true);
     if cfg.sync == SyncMode::OSync {
@@ -77,37 +84,50 @@ pub fn run(ctx: &Context, rate: &Knob, cfg: &IoSettings, max_total_bytes: u64) -
     let mut next = 0u64;
     let mut state = 0x9E37_79B9u64 ^ ctx.cpu as u64;
     let mut failure = None;
-    paced(&ctx.stop, || rate.get() / block as f64, |blocks| {
-        for _ in 0..blocks {
-            if written + block as u64 > max_total_bytes || failure.is_some() {
-                return;
-            }
-            let index = match cfg.pattern {
-                Pattern::Sequential => {
-                    next = (next + 1) % blocks_in_file;
-                    next
+    paced(
+        &ctx.stop,
+        || rate.get() / block as f64,
+        |blocks| {
+            for _ in 0..blocks {
+                if written + block as u64 > max_total_bytes || failure.is_some() {
+                    return;
                 }
-                Pattern::Random => {
-                    state = state.wrapping_mul(6364136223846793005).wrapping_add(1);
-                    (state >> 33) % blocks_in_file
+                let index = match cfg.pattern {
+                    Pattern::Sequential => {
+                        next = (next + 1) % blocks_in_file;
+                        next
+                    }
+                    Pattern::Random => {
+                        state = state.wrapping_mul(6364136223846793005).wrapping_add(1);
+                        (state >> 33) % blocks_in_file
+                    }
+                };
+                let res = file
+                    .seek(SeekFrom::Start(index * block as u64))
+                    .and_then(|_| file.write_all(&data))
+                    .and_then(|_| {
+                        if cfg.sync == SyncMode::Fsync {
+                            file.sync_data()
+                        } else {
+                            Ok(())
+                        }
+                    });
+                if let Err(e) = res {
+                    failure = Some(e);
+                    return;
                 }
-            };
-            let res = file
-                .seek(SeekFrom::Start(index * block as u64))
-                .and_then(|_| file.write_all(&data))
-                .and_then(|_| if cfg.sync == SyncMode::Fsync { file.sync_data() } else { Ok(()) });
-            if let Err(e) = res {
-                failure = Some(e);
-                return;
+                written += block as u64;
+                ctx.done.add(block as u64);
             }
-            written += block as u64;
-            ctx.done.add(block as u64);
-        }
-    });
+        },
+    );
     drop(file);
     let _ = std::fs::remove_file(&path);
     match failure {
-        Some(e) => Err(std::io::Error::new(e.kind(), format!("writing {}: {e}", path.display()))),
+        Some(e) => Err(std::io::Error::new(
+            e.kind(),
+            format!("writing {}: {e}", path.display()),
+        )),
         None => Ok(()),
     }
 }

@@ -12,19 +12,23 @@ pub fn run(ctx: &Context, rate: &Knob, bytes: usize, line: usize) -> std::io::Re
     let bytes = (bytes / line).max(1) * line;
     let map = AnonMapping::map(bytes)?;
     let mut pos = 0usize;
-    paced(&ctx.stop, || rate.get() / line as f64, |lines| {
-        for _ in 0..lines {
-            // SAFETY: pos < bytes, 8-byte aligned (line is a multiple of 8 and the mapping page-aligned).
-            unsafe {
-                let p = map.as_ptr().add(pos).cast::<u64>();
-                std::ptr::write_volatile(p, std::ptr::read_volatile(p).wrapping_add(1));
+    paced(
+        &ctx.stop,
+        || rate.get() / line as f64,
+        |lines| {
+            for _ in 0..lines {
+                // SAFETY: pos < bytes, 8-byte aligned (line is a multiple of 8 and the mapping page-aligned).
+                unsafe {
+                    let p = map.as_ptr().add(pos).cast::<u64>();
+                    std::ptr::write_volatile(p, std::ptr::read_volatile(p).wrapping_add(1));
+                }
+                pos += line;
+                if pos >= bytes {
+                    pos = 0;
+                }
             }
-            pos += line;
-            if pos >= bytes {
-                pos = 0;
-            }
-        }
-        ctx.done.add(lines * line as u64);
-    });
+            ctx.done.add(lines * line as u64);
+        },
+    );
     Ok(())
 }

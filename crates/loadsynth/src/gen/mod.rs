@@ -75,7 +75,10 @@ pub(crate) fn paced(
     let mut last = deadline;
     while !stop.is_stopped() {
         let now = hwqos_core::time::monotonic_ns();
-        let dt = (now.saturating_sub(last)).min(10 * slice_ns) as f64 / 1e9;
+        // Work owed for the time since the last slice (a briefly preempted
+        // thread catches up), but at most 250 ms of it: after a long stall a
+        // burst would disturb the measurement more than the lost work.
+        let dt = (now.saturating_sub(last)).min(25 * slice_ns) as f64 / 1e9;
         last = now;
         let n = carry.take(rate_per_s().max(0.0) * dt);
         if n > 0 {

@@ -26,13 +26,24 @@ pub fn run(ctx: &Context, rate: &Knob) -> std::io::Result<()> {
     let cpu = ctx.cpu;
     // The partner inherits nothing from a nice set later: copy ours.
     // SAFETY: getpriority on this thread; errno is not consulted.
-    let nice = unsafe { libc::getpriority(libc::PRIO_PROCESS, nix::unistd::gettid().as_raw() as libc::id_t) };
+    let nice = unsafe {
+        libc::getpriority(
+            libc::PRIO_PROCESS,
+            nix::unistd::gettid().as_raw() as libc::id_t,
+        )
+    };
     let partner = std::thread::Builder::new()
         .name(format!("loadgen-ctxsw-{cpu}"))
         .spawn(move || {
             let _ = pin_to_cpu(cpu);
             // SAFETY: setpriority on this thread's id.
-            unsafe { libc::setpriority(libc::PRIO_PROCESS, nix::unistd::gettid().as_raw() as libc::id_t, nice) };
+            unsafe {
+                libc::setpriority(
+                    libc::PRIO_PROCESS,
+                    nix::unistd::gettid().as_raw() as libc::id_t,
+                    nice,
+                )
+            };
             let mut b = [0u8; 1];
             while to_partner_r.read_exact(&mut b).is_ok() && b[0] != 0 {
                 if back_w.write_all(&b).is_err() {
@@ -41,14 +52,18 @@ pub fn run(ctx: &Context, rate: &Knob) -> std::io::Result<()> {
             }
         })?;
     let mut b = [1u8; 1];
-    paced(&ctx.stop, || rate.get() / 2.0, |n| {
-        for _ in 0..n {
-            if to_partner_w.write_all(&[1]).is_err() || back_r.read_exact(&mut b).is_err() {
-                return;
+    paced(
+        &ctx.stop,
+        || rate.get() / 2.0,
+        |n| {
+            for _ in 0..n {
+                if to_partner_w.write_all(&[1]).is_err() || back_r.read_exact(&mut b).is_err() {
+                    return;
+                }
             }
-        }
-        ctx.done.add(2 * n);
-    });
+            ctx.done.add(2 * n);
+        },
+    );
     let _ = to_partner_w.write_all(&[0]);
     drop(to_partner_w);
     let _ = partner.join();

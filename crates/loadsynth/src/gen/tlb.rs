@@ -10,13 +10,21 @@ use hwqos_core::mem::AnonMapping;
 
 /// Runs until stopped over `pages` pages of `page` bytes.
 pub fn run(ctx: &Context, share: &Knob, pages: usize, huge: bool) -> std::io::Result<()> {
-    let page = if huge { 2 << 20 } else { super::faults::page_size() };
+    let page = if huge {
+        2 << 20
+    } else {
+        super::faults::page_size()
+    };
     let pages = pages.max(2);
     let map = AnonMapping::map(pages * page)?;
     map.advise(
         0,
         map.len(),
-        if huge { libc::MADV_HUGEPAGE } else { libc::MADV_NOHUGEPAGE },
+        if huge {
+            libc::MADV_HUGEPAGE
+        } else {
+            libc::MADV_NOHUGEPAGE
+        },
     );
     for p in 0..pages {
         // SAFETY: inside the mapping; populate every page once.
@@ -36,7 +44,8 @@ pub fn run(ctx: &Context, share: &Knob, pages: usize, huge: bool) -> std::io::Re
                 (i * 64) % page
             };
             // SAFETY: offset < pages * page.
-            sink = sink.wrapping_add(unsafe { std::ptr::read_volatile(map.as_ptr().add(offset)) } as u64);
+            sink = sink
+                .wrapping_add(unsafe { std::ptr::read_volatile(map.as_ptr().add(offset)) } as u64);
         }
         ctx.done.add(100_000);
     }

@@ -98,6 +98,9 @@ pub struct EventStats {
     pub total: u64,
     /// Periods in which the quota was exhausted by this event.
     pub overflows: u64,
+    /// Events borrowed from other processes' unused budgets (lending).
+    #[serde(default)]
+    pub borrowed: u64,
 }
 
 /// One period's usage of one process.

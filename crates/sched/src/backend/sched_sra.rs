@@ -57,7 +57,14 @@ impl PolicySwitch for Syscall {
             sched_period: 0,
         };
         // SAFETY: attr is a valid sched_attr of the size it declares.
-        let r = unsafe { libc::syscall(libc::SYS_sched_setattr, tid as libc::pid_t, &attr as *const SchedAttr, 0u32) };
+        let r = unsafe {
+            libc::syscall(
+                libc::SYS_sched_setattr,
+                tid as libc::pid_t,
+                &attr as *const SchedAttr,
+                0u32,
+            )
+        };
         if r != 0 {
             return Err(io::Error::last_os_error());
         }
@@ -80,7 +87,10 @@ pub struct SchedSraBackend {
 pub fn config_line(q: &QuotaSet) -> String {
     let mut s = format!("period_ns={}", q.period.as_nanos());
     for e in &q.events {
-        s.push_str(&format!(" event={}:{}:{}", e.attr.type_, e.attr.config, e.quota));
+        s.push_str(&format!(
+            " event={}:{}:{}",
+            e.attr.type_, e.attr.config, e.quota
+        ));
     }
     s.push('\n');
     s
@@ -103,11 +113,17 @@ impl SchedSraBackend {
         Self::with_switch(proc_root, Box::new(Syscall))
     }
 
-    pub fn with_switch(proc_root: &Path, switch: Box<dyn PolicySwitch>) -> Result<SchedSraBackend, SchedError> {
+    pub fn with_switch(
+        proc_root: &Path,
+        switch: Box<dyn PolicySwitch>,
+    ) -> Result<SchedSraBackend, SchedError> {
         if !proc_root.join("sched_sra").exists() {
             return Err(SchedError::Unsupported {
                 backend: "sched_sra".into(),
-                reason: format!("{} does not exist (kernel without SCHED_SRA)", proc_root.join("sched_sra").display()),
+                reason: format!(
+                    "{} does not exist (kernel without SCHED_SRA)",
+                    proc_root.join("sched_sra").display()
+                ),
             });
         }
         Ok(SchedSraBackend {
@@ -118,10 +134,20 @@ impl SchedSraBackend {
     }
 
     fn file(&self, pid: u32, tid: u32) -> PathBuf {
-        self.proc_root.join(pid.to_string()).join("task").join(tid.to_string()).join("sched_sra")
+        self.proc_root
+            .join(pid.to_string())
+            .join("task")
+            .join(tid.to_string())
+            .join("sched_sra")
     }
 
-    fn configure(&mut self, pid: u32, tid: u32, q: &QuotaSet, events_changed: bool) -> Result<(), SchedError> {
+    fn configure(
+        &mut self,
+        pid: u32,
+        tid: u32,
+        q: &QuotaSet,
+        events_changed: bool,
+    ) -> Result<(), SchedError> {
         let path = self.file(pid, tid);
         let line = config_line(q);
         if events_changed {
@@ -138,21 +164,33 @@ impl SchedSraBackend {
                 self.switch
                     .set_policy(tid, libc::SCHED_OTHER as u32)
                     .map_err(|e| SchedError::io(format!("sched_setattr({tid}, SCHED_OTHER)"), e))?;
-                write(&path).map_err(|e| SchedError::File { path: path.clone(), source: e })?;
+                write(&path).map_err(|e| SchedError::File {
+                    path: path.clone(),
+                    source: e,
+                })?;
             }
-            Err(e) if e.kind() == io::ErrorKind::NotFound || e.raw_os_error() == Some(libc::ESRCH) => {
+            Err(e)
+                if e.kind() == io::ErrorKind::NotFound || e.raw_os_error() == Some(libc::ESRCH) =>
+            {
                 return Err(SchedError::Vanished { pid: tid })
             }
             Err(e) => return Err(SchedError::File { path, source: e }),
         }
-        self.switch.set_policy(tid, SCHED_SRA).map_err(|e| match e.raw_os_error() {
-            Some(libc::ESRCH) => SchedError::Vanished { pid: tid },
-            Some(libc::ENOENT) => SchedError::Event {
-                name: q.events.iter().map(|e| e.name.as_str()).collect::<Vec<_>>().join(","),
-                reason: "this machine cannot count it (ENOENT from sched_setattr)".into(),
-            },
-            _ => SchedError::io(format!("sched_setattr({tid}, SCHED_SRA)"), e),
-        })
+        self.switch
+            .set_policy(tid, SCHED_SRA)
+            .map_err(|e| match e.raw_os_error() {
+                Some(libc::ESRCH) => SchedError::Vanished { pid: tid },
+                Some(libc::ENOENT) => SchedError::Event {
+                    name: q
+                        .events
+                        .iter()
+                        .map(|e| e.name.as_str())
+                        .collect::<Vec<_>>()
+                        .join(","),
+                    reason: "this machine cannot count it (ENOENT from sched_setattr)".into(),
+                },
+                _ => SchedError::io(format!("sched_setattr({tid}, SCHED_SRA)"), e),
+            })
     }
 }
 
@@ -163,11 +201,15 @@ impl QuotaBackend for SchedSraBackend {
 
     fn enforce(&mut self, pid: u32, quotas: &QuotaSet) -> Result<(), SchedError> {
         quotas.validate()?;
-        let tids = crate::proc::threads(&self.proc_root, pid).ok_or(SchedError::Vanished { pid })?;
-        let events_changed = self
-            .tasks
-            .get(&pid)
-            .is_some_and(|t| t.quotas.events.iter().map(|e| e.attr).ne(quotas.events.iter().map(|e| e.attr)));
+        let tids =
+            crate::proc::threads(&self.proc_root, pid).ok_or(SchedError::Vanished { pid })?;
+        let events_changed = self.tasks.get(&pid).is_some_and(|t| {
+            t.quotas
+                .events
+                .iter()
+                .map(|e| e.attr)
+                .ne(quotas.events.iter().map(|e| e.attr))
+        });
         let mut done = BTreeSet::new();
         for tid in tids {
             match self.configure(pid, tid, quotas, events_changed) {
@@ -186,7 +228,12 @@ impl QuotaBackend for SchedSraBackend {
         if done.is_empty() {
             return Err(SchedError::Vanished { pid });
         }
-        tracing::info!(pid, backend = "sched_sra", threads = done.len(), "enforcing quotas");
+        tracing::info!(
+            pid,
+            backend = "sched_sra",
+            threads = done.len(),
+            "enforcing quotas"
+        );
         self.tasks.insert(
             pid,
             Task {
@@ -224,7 +271,10 @@ impl QuotaBackend for SchedSraBackend {
             ..QuotaStats::default()
         };
         let num = |m: &BTreeMap<String, Vec<String>>, k: &str| -> u64 {
-            m.get(k).and_then(|v| v.first()).and_then(|v| v.parse().ok()).unwrap_or(0)
+            m.get(k)
+                .and_then(|v| v.first())
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(0)
         };
         for tid in &t.tids {
             let Ok(text) = std::fs::read_to_string(self.file(pid, *tid)) else {
@@ -260,13 +310,16 @@ impl QuotaBackend for SchedSraBackend {
                 let t = &self.tasks[&pid];
                 (t.quotas.clone(), t.tids.clone())
             };
-            let mut tids: BTreeSet<u32> = known.iter().copied().filter(|t| now.contains(t)).collect();
+            let mut tids: BTreeSet<u32> =
+                known.iter().copied().filter(|t| now.contains(t)).collect();
             for tid in now.iter().copied().filter(|t| !known.contains(t)) {
                 match self.configure(pid, tid, &quotas, false) {
                     Ok(()) => {
                         tids.insert(tid);
                     }
-                    Err(e) => tracing::debug!(pid, tid, error = %e, "new thread not added to SCHED_SRA"),
+                    Err(e) => {
+                        tracing::debug!(pid, tid, error = %e, "new thread not added to SCHED_SRA")
+                    }
                 }
             }
             if let Some(t) = self.tasks.get_mut(&pid) {
@@ -299,7 +352,12 @@ mod tests {
             period: Duration::from_millis(10),
             events: vec![EventQuota {
                 name: "sw.page_faults".into(),
-                attr: EventAttr { type_: 1, config: 2, config1: 0, config2: 0 },
+                attr: EventAttr {
+                    type_: 1,
+                    config: 2,
+                    config1: 0,
+                    config2: 0,
+                },
                 quota: q,
             }],
         }
@@ -309,8 +367,15 @@ mod tests {
     fn configures_every_thread_then_switches_policy() {
         let root = tempfile::tempdir().unwrap();
         assert!(SchedSraBackend::open(root.path()).is_err());
-        std::fs::write(root.path().join("sched_sra"), "tasks 0\nevents 0\ntimers 0\n").unwrap();
-        assert_eq!(super::super::detect(root.path()), super::super::BackendKind::SchedSra);
+        std::fs::write(
+            root.path().join("sched_sra"),
+            "tasks 0\nevents 0\ntimers 0\n",
+        )
+        .unwrap();
+        assert_eq!(
+            super::super::detect(root.path()),
+            super::super::BackendKind::SchedSra
+        );
         for tid in [40, 41] {
             let d = root.path().join("40/task").join(tid.to_string());
             std::fs::create_dir_all(&d).unwrap();
@@ -320,10 +385,15 @@ mod tests {
         let mut b = SchedSraBackend::with_switch(root.path(), Box::new(fake.clone())).unwrap();
         b.enforce(40, &quotas(50)).unwrap();
         for tid in [40, 41] {
-            let text = std::fs::read_to_string(root.path().join(format!("40/task/{tid}/sched_sra"))).unwrap();
+            let text =
+                std::fs::read_to_string(root.path().join(format!("40/task/{tid}/sched_sra")))
+                    .unwrap();
             assert_eq!(text, "period_ns=10000000 event=1:2:50\n");
         }
-        assert_eq!(*fake.0.lock().unwrap(), vec![(40, SCHED_SRA), (41, SCHED_SRA)]);
+        assert_eq!(
+            *fake.0.lock().unwrap(),
+            vec![(40, SCHED_SRA), (41, SCHED_SRA)]
+        );
         // The kernel's statistics, as a read returns them.
         for (tid, used) in [(40, 30), (41, 20)] {
             std::fs::write(
@@ -340,6 +410,9 @@ mod tests {
         let calls = fake.0.lock().unwrap().clone();
         assert_eq!(&calls[2..], &[(40, 0), (41, 0)]);
         assert!(b.enforced().is_empty());
-        assert!(matches!(b.enforce(99, &quotas(5)), Err(SchedError::Vanished { pid: 99 })));
+        assert!(matches!(
+            b.enforce(99, &quotas(5)),
+            Err(SchedError::Vanished { pid: 99 })
+        ));
     }
 }

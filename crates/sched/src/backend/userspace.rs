@@ -5,17 +5,19 @@
 //! boundary (see [`arm`]); its value at the boundary is the period's exact
 //! usage. When a counter overflows the kernel sends a signal:
 //!
-//! - [`OverflowRoute::Agent`] (the default): a real-time signal to the
+//! - [`OverflowRoute::Agent`]: a real-time signal to the
 //!   backend's overflow thread (`F_SETOWN_EX` with `F_OWNER_TID`, `F_SETSIG`,
 //!   `O_ASYNC`), read through a `signalfd` with the counter's fd in
 //!   `ssi_fd`. Each thread's counter is armed with the process's whole budget
 //!   for the period, so any overflow means the budget is used up and the
 //!   thread throttles the process at once (cgroup v2 freeze or `SIGSTOP`, see
 //!   [`ThrottleMethod`]).
-//! - [`OverflowRoute::Direct`]: `SIGSTOP` straight to the counted thread
+//! - [`OverflowRoute::Direct`] (the default): `SIGSTOP` straight to the counted thread
 //!   (`F_SETOWN_EX` to the target, `F_SETSIG` = `SIGSTOP`): the kernel stops
 //!   the process on its way back to user space after the overflowing event,
 //!   with no agent wake-up in between (only with [`ThrottleMethod::Sigstop`]).
+//!   This is the precise route: the agent route's overshoot is the agent's
+//!   wake-up latency times the event rate (docs/experiments/sra.md).
 //!
 //! Either way the bound is per thread: a process is stopped as soon as one of
 //! its threads has counted the quota, so a period's total is the quota plus
@@ -23,8 +25,10 @@
 //! busy thread, at most `threads × quota` in the worst case.
 //!
 //! A renewal thread wakes at every period boundary (absolute deadlines, final
-//! approach with `hwqos_core::ticker::sleep_until`), reads the accounting
-//! counters, re-arms the quota counters and thaws the process. Before
+//! approach with `hwqos_core::ticker::sleep_until`), reads each counter and
+//! re-arms it at once, and thaws the process. With
+//! [`UserspaceOptions::lending`] unused budget moves between processes
+//! (MemGuard-style, agent route). Before
 //! throttling anything the backend registers it with the crash guardian
 //! ([`crate::guardian`]), so no process stays stopped if the agent dies.
 
@@ -73,6 +77,26 @@ pub struct UserspaceOptions {
     /// `SCHED_FIFO` priority of the overflow and renewal threads (0 = leave
     /// them `SCHED_OTHER`).
     pub realtime_priority: i32,
+    /// MemGuard-style lending (agent route only): at each period a process
+    /// whose previous period used less than its quota donates the unused
+    /// part (above a margin of 1/8 of the quota) to a pool shared by the
+    /// processes with the same event and period; a process that exhausts its
+    /// budget borrows from the pool in chunks of 1/4 of its quota before it
+    /// is throttled. Periods are aligned to a common grid so they renew together.
+    pub lending: bool,
+}
+
+/// Lending pools: (event encoding, period) → events available this period.
+type PoolKey = (u32, u64, u64, u64, u64);
+
+fn pool_key(e: &EventQuota, period_ns: u64) -> PoolKey {
+    (
+        e.attr.type_,
+        e.attr.config,
+        e.attr.config1,
+        e.attr.config2,
+        period_ns,
+    )
 }
 
 impl Default for UserspaceOptions {
@@ -83,12 +107,16 @@ impl Default for UserspaceOptions {
             route: OverflowRoute::Direct,
             rt_signal_offset: 4,
             realtime_priority: 10,
+            lending: false,
         }
     }
 }
 
 struct Counter {
     quota: OwnedFd,
+    /// The count at which the counter overflows next (its budget this
+    /// period, plus what it borrowed).
+    armed: u64,
 }
 
 struct ThreadCounters {
@@ -123,6 +151,7 @@ struct State {
     renew_lateness: LatencyHistogram,
     missed_periods: u64,
     errors: u64,
+    pools: HashMap<PoolKey, u64>,
 }
 
 struct Shared {
@@ -162,6 +191,12 @@ impl UserspaceBackend {
                 ));
             }
         }
+        if opts.lending && opts.route == OverflowRoute::Direct {
+            return Err(SchedError::invalid(
+                "userspace backend options",
+                "lending needs the agent route (the direct route stops in the kernel, with no chance to borrow)",
+            ));
+        }
         let shared = Arc::new(Shared {
             state: Mutex::new(State {
                 tasks: BTreeMap::new(),
@@ -171,6 +206,7 @@ impl UserspaceBackend {
                 renew_lateness: LatencyHistogram::new(),
                 missed_periods: 0,
                 errors: 0,
+                pools: HashMap::new(),
             }),
             wake: Condvar::new(),
             stop: AtomicBool::new(false),
@@ -235,7 +271,8 @@ impl QuotaBackend for UserspaceBackend {
         if st.tasks.contains_key(&pid) {
             release_locked(&mut st, opts, pid);
         }
-        let tids = crate::proc::threads(&opts.proc_root, pid).ok_or(SchedError::Vanished { pid })?;
+        let tids =
+            crate::proc::threads(&opts.proc_root, pid).ok_or(SchedError::Vanished { pid })?;
         let (cgroup, original_cgroup) = match &opts.method {
             ThrottleMethod::Sigstop => {
                 if let Some(g) = st.guardian.as_mut() {
@@ -300,7 +337,13 @@ impl QuotaBackend for UserspaceBackend {
         if task.threads.is_empty() {
             return Err(SchedError::Vanished { pid });
         }
-        task.next_deadline_ns = monotonic_ns() + quotas.period.as_nanos() as u64;
+        let period_ns = quotas.period.as_nanos() as u64;
+        task.next_deadline_ns = if opts.lending {
+            // On the common grid, so processes sharing a pool renew together.
+            (monotonic_ns() / period_ns + 1) * period_ns
+        } else {
+            monotonic_ns() + period_ns
+        };
         for tc in task.threads.values() {
             for (i, c) in tc.counters.iter().enumerate() {
                 arm(&c.quota, quotas.events[i].quota)?;
@@ -325,7 +368,11 @@ impl QuotaBackend for UserspaceBackend {
         let mut s = t.stats.clone();
         s.throttled = t.throttled_since_ns.is_some();
         let current = period_sums(t);
-        let totals: Vec<u64> = current.iter().zip(&t.completed).map(|(a, b)| a + b).collect();
+        let totals: Vec<u64> = current
+            .iter()
+            .zip(&t.completed)
+            .map(|(a, b)| a + b)
+            .collect();
         for (e, total) in s.events.iter_mut().zip(totals) {
             e.total = total;
         }
@@ -346,7 +393,8 @@ impl QuotaBackend for UserspaceBackend {
 
     /// Overflow-signal-read → throttle-issued latency (agent route only).
     fn stop_latency(&self) -> Option<LatencyHistogram> {
-        (self.shared.opts.route == OverflowRoute::Agent).then(|| lock(&self.shared.state).stop_latency.clone())
+        (self.shared.opts.route == OverflowRoute::Agent)
+            .then(|| lock(&self.shared.state).stop_latency.clone())
     }
 
     fn refresh_threads(&mut self) -> Vec<u32> {
@@ -383,7 +431,9 @@ impl QuotaBackend for UserspaceBackend {
                     Ok(tc) => {
                         for (i, c) in tc.counters.iter().enumerate() {
                             by_fd.insert(c.quota.as_raw_fd(), (pid, tid, i));
-                            let _ = arm(&c.quota, task.quotas.events[i].quota);
+                            if let Err(e) = arm(&c.quota, task.quotas.events[i].quota) {
+                                tracing::warn!(pid = task.pid, error = %e, "cannot re-arm a quota counter");
+                            }
                         }
                         tracing::debug!(pid, tid, "counting a new thread");
                         task.threads.insert(tid, tc);
@@ -462,10 +512,12 @@ fn cgroup2_mount_of(dir: &Path) -> Option<PathBuf> {
 
 fn throttle(task: &mut Task, opts: &UserspaceOptions) -> Result<(), SchedError> {
     match &task.cgroup {
-        Some(dir) => std::fs::write(dir.join("cgroup.freeze"), "1").map_err(|e| SchedError::File {
-            path: dir.join("cgroup.freeze"),
-            source: e,
-        })?,
+        Some(dir) => {
+            std::fs::write(dir.join("cgroup.freeze"), "1").map_err(|e| SchedError::File {
+                path: dir.join("cgroup.freeze"),
+                source: e,
+            })?
+        }
         None => {
             let _ = opts;
             // SAFETY: kill(2) with a positive pid.
@@ -503,7 +555,10 @@ fn open_thread(
             OverflowRoute::Direct => (tid as i32, libc::SIGSTOP),
         };
         route_signal(quota.as_raw_fd(), owner, signal)?;
-        counters.push(Counter { quota });
+        counters.push(Counter {
+            quota,
+            armed: q.quota,
+        });
     }
     Ok(ThreadCounters { counters })
 }
@@ -554,6 +609,24 @@ pub fn arm(fd: &OwnedFd, budget: u64) -> Result<(), SchedError> {
             return Err(SchedError::last_os("PERF_EVENT_IOC_PERIOD"));
         }
         sys::ioctls::RESET(fd, 0);
+        if sys::ioctls::ENABLE(fd, 0) != 0 {
+            return Err(SchedError::last_os("PERF_EVENT_IOC_ENABLE"));
+        }
+    }
+    Ok(())
+}
+
+/// Lets a counter overflow again after `more` events without resetting its
+/// count (lending): disabled, the period set while disabled, enabled.
+fn extend(fd: &OwnedFd, more: u64) -> Result<(), SchedError> {
+    let fd = fd.as_raw_fd();
+    let mut period = more.max(1);
+    // SAFETY: perf ioctls on an fd we own; PERIOD reads the u64 we pass.
+    unsafe {
+        sys::ioctls::DISABLE(fd, 0);
+        if sys::ioctls::PERIOD(fd, &mut period as *mut u64 as u64) != 0 {
+            return Err(SchedError::last_os("PERF_EVENT_IOC_PERIOD"));
+        }
         if sys::ioctls::ENABLE(fd, 0) != 0 {
             return Err(SchedError::last_os("PERF_EVENT_IOC_ENABLE"));
         }
@@ -626,13 +699,14 @@ fn overflow_thread(shared: Arc<Shared>, ready: std::sync::mpsc::Sender<Result<()
 }
 
 fn on_overflow(st: &mut State, opts: &UserspaceOptions, fd: RawFd, got_ns: u64) {
-    let Some(&(pid, _tid, idx)) = st.by_fd.get(&fd) else {
+    let Some(&(pid, tid, idx)) = st.by_fd.get(&fd) else {
         return; // a counter closed since the signal was queued
     };
     let State {
         tasks,
         stop_latency,
         errors,
+        pools,
         ..
     } = st;
     let Some(task) = tasks.get_mut(&pid) else {
@@ -640,6 +714,42 @@ fn on_overflow(st: &mut State, opts: &UserspaceOptions, fd: RawFd, got_ns: u64) 
     };
     if task.throttled_since_ns.is_some() {
         return;
+    }
+    // A signal queued before the last renewal re-armed the counter is stale:
+    // the counter now holds less than its budget. (The counter keeps counting
+    // after its overflow, so a current one holds at least the quota.)
+    let quota = task.quotas.events[idx].quota;
+    let (current, armed) = task
+        .threads
+        .get(&tid)
+        .and_then(|t| t.counters.get(idx))
+        .map(|c| (crate::counter::read(&c.quota).unwrap_or(0), c.armed))
+        .unwrap_or((0, quota));
+    tracing::trace!(pid, tid, current, armed, got_ns, "overflow signal");
+    if current < armed {
+        return;
+    }
+    if opts.lending {
+        let key = pool_key(
+            &task.quotas.events[idx],
+            task.quotas.period.as_nanos() as u64,
+        );
+        let available = pools.get(&key).copied().unwrap_or(0);
+        if available > 0 {
+            let chunk = available.min((quota / 4).max(1));
+            if let Some(c) = task
+                .threads
+                .get_mut(&tid)
+                .and_then(|t| t.counters.get_mut(idx))
+            {
+                if extend(&c.quota, chunk).is_ok() {
+                    c.armed = current + chunk;
+                    pools.insert(key, available - chunk);
+                    task.stats.events[idx].borrowed += chunk;
+                    return;
+                }
+            }
+        }
     }
     // Every quota counter is armed with the process's whole remaining budget
     // for the period, so an overflow of any one thread's counter means the
@@ -720,8 +830,18 @@ fn renew_due(st: &mut State, opts: &UserspaceOptions) {
         tasks,
         renew_lateness,
         missed_periods,
+        pools,
         ..
     } = st;
+    if opts.lending {
+        // A new period for every pool with a process due: unused loans expire.
+        for task in tasks.values().filter(|t| t.next_deadline_ns <= now) {
+            let period_ns = task.quotas.period.as_nanos() as u64;
+            for e in &task.quotas.events {
+                pools.insert(pool_key(e, period_ns), 0);
+            }
+        }
+    }
     for task in tasks.values_mut() {
         if task.next_deadline_ns > now {
             continue;
@@ -731,11 +851,34 @@ fn renew_due(st: &mut State, opts: &UserspaceOptions) {
         // Read each counter and re-arm it at once: the period boundary is
         // the re-arm, and the few events between the read and the reset
         // belong to no period (never counted twice, never against the quota).
+        // With lending, this period's budget is predicted from the previous
+        // period's usage plus a margin; the rest of the quota is donated.
+        let budgets: Vec<u64> = task
+            .quotas
+            .events
+            .iter()
+            .zip(&task.stats.events)
+            .map(|(q, s)| {
+                if opts.lending && task.stats.nr_periods > 0 {
+                    (s.last_period + q.quota / 8).clamp(1, q.quota)
+                } else {
+                    q.quota
+                }
+            })
+            .collect();
+        if opts.lending {
+            for (q, b) in task.quotas.events.iter().zip(&budgets) {
+                *pools.entry(pool_key(q, period_ns)).or_insert(0) += q.quota - b;
+            }
+        }
         let mut used = std::mem::replace(&mut task.exited, vec![0; task.quotas.events.len()]);
-        for tc in task.threads.values() {
-            for (i, c) in tc.counters.iter().enumerate() {
+        for tc in task.threads.values_mut() {
+            for (i, c) in tc.counters.iter_mut().enumerate() {
                 used[i] += crate::counter::read(&c.quota).unwrap_or(0);
-                let _ = arm(&c.quota, task.quotas.events[i].quota);
+                c.armed = budgets[i];
+                if let Err(e) = arm(&c.quota, budgets[i]) {
+                    tracing::warn!(pid = task.pid, error = %e, "cannot re-arm a quota counter");
+                }
             }
         }
         for (t, u) in task.completed.iter_mut().zip(&used) {
@@ -748,9 +891,21 @@ fn renew_due(st: &mut State, opts: &UserspaceOptions) {
                 .zip(&task.quotas.events)
                 .any(|(u, q)| *u >= q.quota);
         let throttled = task.throttled_this_period || stopped_by_kernel;
-        if throttled {
+        // Also continue a process found stopped without a recorded throttle
+        // (a SIGSTOP whose signal was still in flight at the last renewal).
+        let stray = !throttled
+            && task.cgroup.is_none()
+            && crate::proc::task_state(&opts.proc_root, task.pid) == Some('T');
+        if stray {
+            tracing::debug!(
+                pid = task.pid,
+                "continuing a process stopped outside a recorded throttle"
+            );
+        }
+        if throttled || stray {
             thaw(task, opts);
         }
+        tracing::trace!(pid = task.pid, ?used, throttled, now, "period renewed");
         if let Some(since) = task.throttled_since_ns.take() {
             task.stats.throttled_ns += now.saturating_sub(since);
         }

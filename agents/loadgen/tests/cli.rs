@@ -1,0 +1,263 @@
+//! The command line: clear errors and exit code 2 for bad targets and models
+//! (unknown metric, impossible value, wrong schema, a model made on another
+//! CPU), configuration checks, and a clean stop on SIGTERM that leaves
+//! nothing behind.
+
+use std::path::Path;
+use std::process::{Command, Output};
+use std::time::Duration;
+
+fn loadgen(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_hwqos-loadgen"))
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+fn write(dir: &Path, name: &str, text: &str) -> String {
+    let p = dir.join(name);
+    std::fs::write(&p, text).unwrap();
+    p.display().to_string()
+}
+
+#[test]
+fn unknown_metric_is_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let t = write(
+        dir.path(),
+        "t.json",
+        r#"{"schema":"hwqos.loadtargets/1","created":"x","source":null,"hardware":null,
+            "targets":[{"metric":"l4_miss_ratio","cpu":0,"mean":0.1}]}"#,
+    );
+    let o = loadgen(&["synthesize", &t, "-o", "/dev/null"]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("unknown metric `l4_miss_ratio`"),
+        "{}",
+        stderr(&o)
+    );
+    // The same on the command line.
+    let o = loadgen(&["targets", "l4_miss_ratio@0=0.1", "-o", "/dev/null"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("unknown metric"), "{}", stderr(&o));
+}
+
+#[test]
+fn impossible_ratio_is_rejected() {
+    let dir = tempfile::tempdir().unwrap();
+    let t = write(
+        dir.path(),
+        "t.json",
+        r#"{"schema":"hwqos.loadtargets/1","created":"x","source":null,"hardware":null,
+            "targets":[{"metric":"llc_miss_ratio","cpu":0,"mean":1.5}]}"#,
+    );
+    let o = loadgen(&["synthesize", &t, "-o", "/dev/null"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("150%"), "{}", stderr(&o));
+    let o = loadgen(&["targets", "cpu_util@0=1.5", "-o", "/dev/null"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("impossible"), "{}", stderr(&o));
+}
+
+#[test]
+fn wrong_schema_versions_are_rejected() {
+    let dir = tempfile::tempdir().unwrap();
+    let t = write(
+        dir.path(),
+        "t.json",
+        r#"{"schema":"hwqos.loadtargets/2","targets":[]}"#,
+    );
+    let o = loadgen(&["synthesize", &t, "-o", "/dev/null"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        stderr(&o).contains("schema `hwqos.loadtargets/2`, expected `hwqos.loadtargets/1`"),
+        "{}",
+        stderr(&o)
+    );
+    let m = write(dir.path(), "m.json", r#"{"schema":"hwqos.loadmodel/0"}"#);
+    let o = loadgen(&["replay", &m, "--duration", "1"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        stderr(&o).contains("expected `hwqos.loadmodel/1`"),
+        "{}",
+        stderr(&o)
+    );
+    let o = loadgen(&[
+        "replay",
+        &write(dir.path(), "x.json", "not json"),
+        "--duration",
+        "1",
+    ]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("not JSON"), "{}", stderr(&o));
+}
+
+/// A valid model of this node: one CPU-utilization pair at a small knob.
+fn model_json(cpu_model: Option<&str>) -> String {
+    let mut node = hwqos_topology::HardwareModel::this_node().unwrap();
+    if let Some(m) = cpu_model {
+        node.cpu_model = Some(m.into());
+    }
+    let entry = serde_json::json!({
+        "metric": "cpu_util", "cpu": 0, "target": 0.05, "knob": 0.05,
+        "controller": {"gains": {"kp": 0.3, "ki": 1.5, "kd": 0.0}, "bias": 0.05,
+                       "integral": 0.0, "knob": 0.05, "range": [0.0, 0.95]},
+        "tolerance": [0.01, 0.0], "series": []
+    });
+    serde_json::json!({
+        "schema": "hwqos.loadmodel/1", "created": "x", "node": node,
+        "convergence_s": 1.0, "samples": 4, "period_s": 0.25, "entries": [entry]
+    })
+    .to_string()
+}
+
+#[test]
+fn model_from_a_different_cpu_is_refused_unless_forced() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = write(
+        dir.path(),
+        "m.json",
+        &model_json(Some("Imaginary CPU 9000")),
+    );
+    let o = loadgen(&["replay", &m, "--duration", "0.2"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("Imaginary CPU 9000"), "{}", stderr(&o));
+    let o = loadgen(&["replay", &m, "--duration", "0.2", "--force"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+}
+
+#[test]
+fn configuration_is_checked() {
+    let dir = tempfile::tempdir().unwrap();
+    let good = write(dir.path(), "good.toml", "[caps]\nmax_cpu_share = 0.5\n");
+    let o = loadgen(&["--config", &good, "check-config"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let bad = write(dir.path(), "bad.toml", "[caps]\nmax_cpu_share = 1.5\n");
+    let o = loadgen(&["--config", &bad, "check-config"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("max_cpu_share"), "{}", stderr(&o));
+    let typo = write(dir.path(), "typo.toml", "[caps]\nmax_cpu_shares = 0.5\n");
+    let o = loadgen(&["--config", &typo, "check-config"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("max_cpu_shares"), "{}", stderr(&o));
+}
+
+#[test]
+fn memory_cap_is_enforced_before_anything_starts() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = write(dir.path(), "c.toml", "[caps]\nmax_memory_bytes = 1048576\n");
+    let o = loadgen(&[
+        "--config",
+        &cfg,
+        "generate",
+        "--knob",
+        "page_fault_rate@0=100",
+        "--duration",
+        "5",
+    ]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains("max_memory_bytes"), "{}", stderr(&o));
+}
+
+/// SIGTERM: every generator (CPU, faults, switches, I/O) stops, the process
+/// exits 0, and the I/O generator's file is gone.
+#[test]
+fn sigterm_stops_everything_and_cleans_up() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = write(
+        dir.path(),
+        "c.toml",
+        &format!(
+            "[io]\ndir = \"{}\"\nblock_bytes = 4096\nfile_bytes = 1048576\n",
+            dir.path().display()
+        ),
+    );
+    let mut child = Command::new(env!("CARGO_BIN_EXE_hwqos-loadgen"))
+        .args(["--config", &cfg, "generate"])
+        .args([
+            "--knob",
+            "cpu_util@0=0.2",
+            "--knob",
+            "page_fault_rate@0=1000",
+        ])
+        .args([
+            "--knob",
+            "context_switch_rate@0=1000",
+            "--knob",
+            "io_write_rate@0=1000000",
+        ])
+        .spawn()
+        .unwrap();
+    // Wait until the I/O file exists (the generators run).
+    let has_file = || {
+        std::fs::read_dir(dir.path()).unwrap().any(|e| {
+            e.unwrap()
+                .file_name()
+                .to_string_lossy()
+                .starts_with("hwqos-loadgen-io-")
+        })
+    };
+    let mut waited = 0;
+    while !has_file() {
+        std::thread::sleep(Duration::from_millis(50));
+        waited += 1;
+        assert!(waited < 600, "the I/O generator never created its file");
+    }
+    let pid = nix::unistd::Pid::from_raw(child.id() as i32);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
+    let status = child.wait().unwrap();
+    assert!(status.success(), "exit after SIGTERM: {status}");
+    assert!(!has_file(), "the I/O file was left behind");
+}
+
+/// Agent mode: `run` replays the configured model, tells the service manager
+/// READY=1 and, on SIGTERM, STOPPING=1, and exits 0.
+#[test]
+fn run_notifies_ready_and_stopping_and_exits_on_sigterm() {
+    use std::os::unix::net::UnixDatagram;
+    let dir = tempfile::tempdir().unwrap();
+    let model = write(dir.path(), "m.json", &model_json(None));
+    let cfg = write(
+        dir.path(),
+        "c.toml",
+        &format!("[run]\nmodel = \"{model}\"\n"),
+    );
+    let sock_path = dir.path().join("notify.sock");
+    let sock = UnixDatagram::bind(&sock_path).unwrap();
+    sock.set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_hwqos-loadgen"))
+        .args(["--config", &cfg, "run"])
+        .env("NOTIFY_SOCKET", &sock_path)
+        .spawn()
+        .unwrap();
+    let mut buf = [0u8; 4096];
+    let mut seen = String::new();
+    while !seen.contains("READY=1") {
+        let n = sock.recv(&mut buf).expect("no READY=1 from the agent");
+        seen.push_str(&String::from_utf8_lossy(&buf[..n]));
+        seen.push('\n');
+    }
+    let pid = nix::unistd::Pid::from_raw(child.id() as i32);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
+    while !seen.contains("STOPPING=1") {
+        let n = sock.recv(&mut buf).expect("no STOPPING=1 from the agent");
+        seen.push_str(&String::from_utf8_lossy(&buf[..n]));
+    }
+    let status = child.wait().unwrap();
+    assert!(
+        status.success(),
+        "exit after SIGTERM: {status}; notifications: {seen}"
+    );
+}
+
+#[test]
+fn a_cpu_that_is_not_online_is_named() {
+    let o = loadgen(&["generate", "--knob", "cpu_util@4095=0.1", "--duration", "1"]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains("CPU 4095"), "{}", stderr(&o));
+}

@@ -1,0 +1,104 @@
+//! Generators start under the caps, do their work, and on stop every thread
+//! ends and the memory it touched is given back (the kernel's own accounting
+//! in /proc/self/status: resident set and thread count; not the mapped size,
+//! which keeps malloc's per-thread arenas).
+
+use hwqos_loadsynth::actuate::{Actuators, CacheLevels};
+use hwqos_loadsynth::config::LoadConfig;
+use hwqos_loadsynth::LoadMetric;
+use std::sync::Mutex;
+use std::time::Duration;
+
+/// Both tests count this process's threads and mappings.
+static SERIAL: Mutex<()> = Mutex::new(());
+
+fn status(field: &str) -> u64 {
+    let s = std::fs::read_to_string("/proc/self/status").unwrap();
+    s.lines()
+        .find_map(|l| l.strip_prefix(field))
+        .unwrap()
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap()
+}
+
+#[test]
+fn stop_ends_every_thread_and_unmaps_every_buffer() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let topo = hwqos_topology::Topology::this_node().unwrap();
+    let cpu = topo.online_cpus()[0];
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = LoadConfig::default();
+    cfg.io.dir = dir.path().to_path_buf();
+    let pairs = [
+        ((LoadMetric::CpuUtil, cpu), 0.1),
+        ((LoadMetric::PageFaultRate, cpu), 2000.0),
+        ((LoadMetric::ContextSwitchRate, cpu), 2000.0),
+        ((LoadMetric::L1dMissRatio, cpu), 0.1),
+        ((LoadMetric::LlcMissRatio, cpu), 0.5),
+        ((LoadMetric::DtlbMissRatio, cpu), 0.1),
+        ((LoadMetric::BranchMissRatio, cpu), 0.1),
+        ((LoadMetric::MemBandwidth, cpu), 1e8),
+        ((LoadMetric::IoWriteRate, cpu), 1e6),
+    ];
+    let threads_before = status("Threads:");
+    let rss_before = status("VmRSS:");
+    let act = Actuators::start(&pairs, &CacheLevels::of(&topo, cpu), &cfg).unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(
+        act.finished().is_empty(),
+        "a generator ended early: {:?}",
+        act.finished()
+    );
+    // Each generator is a thread (two for context switches) and has mapped its buffer.
+    let threads = status("Threads:");
+    assert!(
+        threads >= threads_before + 9,
+        "{threads} threads, {threads_before} before"
+    );
+    let rss = status("VmRSS:");
+    assert!(
+        rss > rss_before + 16 * 1024,
+        "buffers touched: {rss} kB, {rss_before} kB before"
+    );
+    for m in [
+        LoadMetric::PageFaultRate,
+        LoadMetric::MemBandwidth,
+        LoadMetric::IoWriteRate,
+    ] {
+        assert!(act.work_done(m, cpu).unwrap() > 0, "{m} did no work");
+    }
+    act.stop().unwrap();
+    assert_eq!(status("Threads:"), threads_before);
+    // Buffers are unmapped (allow 8 MiB of allocator and stack noise).
+    let after = status("VmRSS:");
+    assert!(
+        after <= rss_before + 8 * 1024,
+        "{after} kB resident vs {rss_before} kB before"
+    );
+    assert_eq!(
+        std::fs::read_dir(dir.path()).unwrap().count(),
+        0,
+        "I/O file left behind"
+    );
+}
+
+#[test]
+fn the_memory_cap_refuses_before_starting() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let topo = hwqos_topology::Topology::this_node().unwrap();
+    let mut cfg = LoadConfig::default();
+    cfg.caps.max_memory_bytes = 1 << 20;
+    let threads_before = status("Threads:");
+    let e = Actuators::start(
+        &[((LoadMetric::MemBandwidth, 0), 1e6)],
+        &CacheLevels::of(&topo, 0),
+        &cfg,
+    )
+    .err()
+    .unwrap();
+    assert!(e.to_string().contains("max_memory_bytes"), "{e}");
+    assert_eq!(status("Threads:"), threads_before);
+}
