@@ -76,14 +76,22 @@ seen_stopped() { local i; for ((i = 0; i < 50; i++)); do [ "$(proc_state "$1")" 
 never_stopped() { local i; for ((i = 0; i < 25; i++)); do [ "$(proc_state "$1")" = T ] && return 1; sleep 0.02; done; return 0; }
 sra_main() { systemctl show -p MainPID --value hwqos-sra.service; }
 sra_throttles() { curl -fsS --max-time 10 http://127.0.0.1:9466/metrics | awk '/^hwqos_sra_throttles[{ ]/ { s += $NF } END { print s + 0 }'; }
+if systemctl cat hwqos-loadgen.service >/dev/null 2>&1; then
+  check "hwqos-loadgen is not enabled by the package" bash -c '! systemctl is-enabled --quiet hwqos-loadgen.service'
+  check "hwqos-loadgen man page installed" test -f /usr/share/man/man1/hwqos-loadgen.1.gz -o -f /usr/share/man/man1/hwqos-loadgen.1
+fi
 if systemctl cat hwqos-sra.service >/dev/null 2>&1; then
   check "hwqos-sra is not enabled by the package" bash -c '! systemctl is-enabled --quiet hwqos-sra.service'
   systemd-run --unit=hwqos-victim --uid=nobody --quiet /usr/bin/hwqos-sra leech faults --working-set 16777216
   poll 10 bash -c '[ "$(systemctl show -p MainPID --value hwqos-victim.service)" -gt 0 ]'
   victim=$(systemctl show -p MainPID --value hwqos-victim.service)
+  # The agent re-applies the contract saved in its state directory at start
+  # (systemd creates the directory on the first start; do it now).
+  install -d -o hwqos -g hwqos -m 0750 /var/lib/hwqos-sra
   printf '{"schema":"hwqos.contract/1","entries":[{"name":"victim","process":"pid:%s","period_us":10000,"quotas":{"sw.page_faults":20}}]}\n' \
     "$victim" >/var/lib/hwqos-sra/contract.json
-  chown hwqos:hwqos /var/lib/hwqos-sra/contract.json 2>/dev/null || true
+  chown hwqos:hwqos /var/lib/hwqos-sra/contract.json
+  check "contract written to the agent's state directory" test -s /var/lib/hwqos-sra/contract.json
   check "hwqos-sra starts with a contract for pid $victim" systemctl start hwqos-sra.service
   check "hwqos-sra active" poll 30 systemctl is-active --quiet hwqos-sra.service
   spid=$(sra_main)
