@@ -94,21 +94,31 @@ fn every_dashboard_query_parses_and_panels_are_well_formed() {
 }
 
 #[test]
-fn placeholder_rows_are_labelled() {
+fn every_agent_has_a_row_with_its_own_metrics() {
     let text = std::fs::read_to_string(dir().join("grafana-hwqos.json")).unwrap();
     let dash: serde_json::Value = serde_json::from_str(&text).unwrap();
-    let rows: Vec<&str> = dash["panels"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|p| p["type"] == "row")
-        .map(|p| p["title"].as_str().unwrap())
-        .collect();
-    for agent in ["hwqos-loadgen", "hwqos-sra"] {
+    let panels = dash["panels"].as_array().unwrap();
+    for (agent, prefix) in [
+        ("hwqos-relay", "hwqos_relay_"),
+        ("hwqos-sra", "hwqos_sra_"),
+    ] {
+        let row = panels
+            .iter()
+            .position(|p| p["type"] == "row" && p["title"].as_str().unwrap().starts_with(agent))
+            .unwrap_or_else(|| panic!("no row for {agent}"));
         assert!(
-            rows.iter()
-                .any(|r| r.starts_with(agent) && r.contains("PLACEHOLDER")),
-            "{agent} placeholder row missing: {rows:?}"
+            !panels[row]["title"].as_str().unwrap().contains("PLACEHOLDER"),
+            "{agent}"
+        );
+        let mut exprs = Vec::new();
+        let next_row = panels[row + 1..]
+            .iter()
+            .position(|p| p["type"] == "row")
+            .map_or(panels.len(), |i| row + 1 + i);
+        queries(&panels[row + 1..next_row], &mut exprs);
+        assert!(
+            exprs.len() >= 3 && exprs.iter().all(|e| e.contains(prefix)),
+            "{agent}: {exprs:?}"
         );
     }
 }
