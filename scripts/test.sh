@@ -13,6 +13,8 @@ need=()
 command -v perf >/dev/null 2>&1 || need+=(linux-perf)
 command -v promtool >/dev/null 2>&1 || need+=(prometheus)
 command -v systemd-analyze >/dev/null 2>&1 || need+=(systemd)
+# The load generator's cache test runs it under cachegrind (external cache model).
+command -v valgrind >/dev/null 2>&1 || need+=(valgrind)
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" -eq 0 ]; then
     export DEBIAN_FRONTEND=noninteractive

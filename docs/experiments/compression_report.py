@@ -50,7 +50,7 @@ if len(sys.argv) in (4, 5) and sys.argv[1] == "--downsample":
     downsample(sys.argv[2], sys.argv[3], float(sys.argv[4]) if len(sys.argv) == 5 else 0.8)
     sys.exit(0)
 
-SPECIAL = ("change", "burner", "loopback-ab", "1gbit-ab")
+SPECIAL = ("change", "change-ab", "burner", "loopback-ab", "1gbit-ab")
 
 res = sys.argv[1] if len(sys.argv) > 1 else "docs/experiments/results"
 rows = [json.loads(l) for l in open(os.path.join(res, "compression_rtt.jsonl")) if l.strip()]
@@ -162,6 +162,26 @@ if change:
             i, n = int(b["i"]), int(b["n"])
             print(f"| {i}–{i + n - 1} | {b['chosen']} | {b['codecs'].replace(';', ', ')} | {int(b['mean_rtt_ns']) / 1e3:.1f} |")
         print()
+
+cab = [r for r in rows if r["label"] == "change-ab"]
+if cab:
+    reps = defaultdict(list)
+    for r in cab:
+        reps[r["policy"]].append(r)
+    n = max(len(v) for v in reps.values())
+    print(f"## Change run, {n} interleaved repetitions (median over repetitions, µs)\n")
+    print("| policy | mean RTT | means of the repetitions | before the change | after the change | rank in each repetition |")
+    print("|---|---:|---|---:|---:|---|")
+    ranks = defaultdict(list)
+    for i in range(n):
+        rep_rows = sorted((v[i] for v in reps.values() if len(v) > i), key=lambda r: r["mean_rtt_us"])
+        for j, r in enumerate(rep_rows):
+            ranks[r["policy"]].append(str(j + 1))
+    for p, v in sorted(reps.items(), key=lambda kv: statistics.median(r["mean_rtt_us"] for r in kv[1])):
+        med = lambda key: statistics.median(r[key] for r in v)
+        each = ", ".join(f"{r['mean_rtt_us']:.1f}" for r in v)
+        print(f"| {p} | {med('mean_rtt_us'):.1f} | {each} | {med('mean_before_change_us'):.1f} | {med('mean_after_change_us'):.1f} | {', '.join(ranks[p])} |")
+    print()
 
 burn = sorted(glob.glob(os.path.join(res, "compression_burner", "*.csv")))
 if burn:

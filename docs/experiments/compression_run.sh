@@ -5,7 +5,7 @@
 #   sudo docs/experiments/compression_run.sh            # ~12 minutes
 #   sudo SCALE=3 docs/experiments/compression_run.sh    # 3x the messages of the link x data-set runs
 #   (CHANGE_SCALE does the same for the change run)
-#   sudo PARTS=burner docs/experiments/compression_run.sh   # only some parts: rtt ab change burner
+#   sudo PARTS=burner docs/experiments/compression_run.sh   # only some parts: rtt ab ab1g change changeab burner
 #
 # Only loopback and the namespaces hwqos-c-a / hwqos-c-b (10.231.77.1-2 on a
 # veth pair) are used; the burner part runs on 127.0.0.1 in the root
@@ -19,7 +19,7 @@
 set -euo pipefail
 
 SCALE="${SCALE:-1}"
-PARTS=" ${PARTS:-rtt ab ab1g change burner} "
+PARTS=" ${PARTS:-rtt ab ab1g change changeab burner} "
 REPS="${REPS:-5}"
 root="$(cd "$(dirname "$0")/../.." && pwd)"
 out="$root/docs/experiments/results"
@@ -102,10 +102,10 @@ policies=(one:none one:lz4 one:snappy one:zstd-1 one:zstd-3 one:zstd-9 one:lzma-
           one:bzip2-1 one:bzip2-9 one:deflate round-robin majority adaptive)
 
 rtt_json="$out/compression_rtt.jsonl"
-[ "$PARTS" = " rtt ab ab1g change burner " ] && : > "$rtt_json" && : > "$out/compression_load.tsv"
+[ "$PARTS" = " rtt ab ab1g change changeab burner " ] && : > "$rtt_json" && : > "$out/compression_load.tsv"
 # A partial run replaces its own lines only.
-part_labels() { case "$1" in rtt) echo "loopback 1gbit-0.2ms 100mbit-1ms 10mbit-5ms" ;; ab) echo loopback-ab ;; ab1g) echo 1gbit-ab ;; *) echo "$1" ;; esac; }
-for part in rtt ab ab1g change burner; do
+part_labels() { case "$1" in rtt) echo "loopback 1gbit-0.2ms 100mbit-1ms 10mbit-5ms" ;; ab) echo loopback-ab ;; ab1g) echo 1gbit-ab ;; changeab) echo change-ab ;; *) echo "$1" ;; esac; }
+for part in rtt ab ab1g change changeab burner; do
     if [[ "$PARTS" == *" $part "* ]] && [ -f "$rtt_json" ]; then
         for l in $(part_labels "$part"); do
             grep -v "\"label\":\"$l\"" "$rtt_json" > "$work/keep" || true
@@ -113,6 +113,9 @@ for part in rtt ab ab1g change burner; do
         done
     fi
 done
+# The policies "$@" rotated left by $1 (repetition r starts at another
+# policy, so no policy always runs first or last: the load drifts).
+rotated() { local k=$1; shift; local a=("$@"); local n=${#a[@]}; for ((i = 0; i < n; i++)); do echo "${a[$(((i + k) % n))]}"; done; }
 # Per-message CSVs stay in $work; results keep one line per 100 messages.
 downsample() { python3 "$root/docs/experiments/compression_report.py" --downsample "$1" "$2"; }
 run() { # LABEL NS ADDR MESSAGES POLICY DATASET [extra client args]
@@ -161,7 +164,7 @@ if [[ "$PARTS" == *" ab1g "* ]]; then
 link 1gbit 0.2ms
 for r in $(seq "$REPS"); do
     for set in d0 d1 dp; do
-        for p in one:none one:lz4 one:snappy one:zstd-9 majority adaptive; do
+        for p in $(rotated "$r" one:none one:lz4 one:snappy one:zstd-9 majority adaptive); do
             run "1gbit-ab" "$A" "$target" 3000 "$p" "$set"
         done
     done
@@ -182,6 +185,22 @@ for p in "${policies[@]}"; do
         --change-at "$change" --change-to dr \
         --at "$change:$(link_cmd 1gbit 0.2ms)" --csv "$work/change.csv"
     downsample "$work/change.csv" "$out/compression_change/${p//:/_}.csv"
+done
+fi
+
+# The change run's leaders differ by less than its confidence intervals:
+# REPS interleaved repetitions of adaptive, majority and the best fixed
+# codecs of the change run (per-message CSVs are not kept).
+if [[ "$PARTS" == *" changeab "* ]]; then
+change=$((1000 * ${CHANGE_SCALE:-1})); total=$((2000 * ${CHANGE_SCALE:-1}))
+for r in $(seq "$REPS"); do
+    for p in $(rotated "$r" one:zstd-1 one:deflate one:zstd-3 one:none majority adaptive); do
+        echo "compression_run: change A/B $r $p"
+        link 10mbit 5ms
+        run "change-ab" "$A" "$target" "$total" "$p" dp --batch 2048 --size 2048 \
+            --change-at "$change" --change-to dr \
+            --at "$change:$(link_cmd 1gbit 0.2ms)"
+    done
 done
 fi
 

@@ -24,7 +24,6 @@ use indicatif::{MultiProgress, ProgressBar, ProgressStyle};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 /// `[run]`: what the agent replays.
@@ -92,37 +91,26 @@ fn usage(msg: impl Into<String>) -> Failure {
     Failure(2, msg.into())
 }
 
-static SIGNALLED: AtomicBool = AtomicBool::new(false);
-
-extern "C" fn on_signal(_: libc_int) {
-    SIGNALLED.store(true, Ordering::SeqCst);
+/// SIGTERM and SIGINT, blocked in every thread from the start of [`run`]
+/// (threads inherit the mask) and taken by one `sigwait` thread: no handler
+/// and no polling (a polling thread would add context switches to what is
+/// measured), and a signal that arrives during start-up stays pending.
+fn stop_signals() -> nix::sys::signal::SigSet {
+    use nix::sys::signal::{SigSet, Signal};
+    let mut set = SigSet::empty();
+    set.add(Signal::SIGTERM);
+    set.add(Signal::SIGINT);
+    set
 }
-#[allow(non_camel_case_types)]
-type libc_int = std::os::raw::c_int;
 
-/// Installs SIGTERM/SIGINT handlers that set `stop` (a watcher thread polls
-/// every 5 ms, so generators see it within their ~10 ms slice).
+/// Sets `stop` when SIGTERM or SIGINT arrives; generators see it within
+/// their ~10 ms slice.
 fn stop_on_signals(stop: &StopFlag) {
-    use nix::sys::signal::{sigaction, SaFlags, SigAction, SigHandler, SigSet, Signal};
-    let action = SigAction::new(
-        SigHandler::Handler(on_signal),
-        SaFlags::empty(),
-        SigSet::empty(),
-    );
-    for s in [Signal::SIGTERM, Signal::SIGINT] {
-        // SAFETY: the handler only stores to an atomic (async-signal-safe).
-        let _ = unsafe { sigaction(s, &action) };
-    }
     let stop = stop.clone();
-    std::thread::spawn(move || loop {
-        if SIGNALLED.load(Ordering::SeqCst) {
+    std::thread::spawn(move || {
+        if stop_signals().wait().is_ok() {
             stop.stop();
-            return;
         }
-        if stop.is_stopped() {
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(5));
     });
 }
 
@@ -293,6 +281,10 @@ fn this_node() -> Result<HardwareModel, Failure> {
 
 /// Executes one command; returns the process exit code.
 pub fn run(cli: Cli) -> ExitCode {
+    if let Err(e) = stop_signals().thread_block() {
+        eprintln!("hwqos-loadgen: blocking SIGTERM/SIGINT: {e}");
+        return ExitCode::from(1);
+    }
     let config = match &cli.config {
         Some(p) => match AgentConfig::load(p) {
             Ok(c) => c,
@@ -437,7 +429,7 @@ fn execute(cmd: Command, config: &AgentConfig, config_path: Option<&Path>) -> Re
             let end =
                 duration.map(|d| std::time::Instant::now() + Duration::from_secs_f64(d.max(0.0)));
             while !stop.is_stopped() && end.is_none_or(|e| std::time::Instant::now() < e) {
-                std::thread::sleep(Duration::from_millis(5));
+                std::thread::sleep(Duration::from_millis(20));
                 if !act.finished().is_empty() {
                     break;
                 }

@@ -157,6 +157,8 @@ fn background(duty: f64) -> Child {
         .spawn()
         .unwrap();
     std::thread::sleep(Duration::from_millis(500));
+    // Read at start-up; nothing left behind in /tmp.
+    let _ = std::fs::remove_file(&cfg);
     child
 }
 
