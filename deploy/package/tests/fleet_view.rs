@@ -100,6 +100,7 @@ fn every_agent_has_a_row_with_its_own_metrics() {
     let panels = dash["panels"].as_array().unwrap();
     for (agent, prefix) in [
         ("hwqos-relay", "hwqos_relay_"),
+        ("hwqos-loadgen", "hwqos_loadgen_"),
         ("hwqos-sra", "hwqos_sra_"),
     ] {
         let row = panels
