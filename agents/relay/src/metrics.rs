@@ -33,6 +33,7 @@ struct Totals {
     plain_out: u64,
     per_codec: BTreeMap<String, u64>,
     throttled: u64,
+    link_changes: u64,
 }
 
 impl Totals {
@@ -45,6 +46,7 @@ impl Totals {
             *self.per_codec.entry(c.clone()).or_default() += n;
         }
         self.throttled += s.throttled_messages;
+        self.link_changes += s.link_changes;
     }
 }
 
@@ -143,6 +145,12 @@ impl RelayStats {
             "Messages sent uncompressed because the compression budget was spent.",
         );
         let _ = writeln!(o, "hwqos_relay_throttled_messages {}", t.throttled);
+        family(
+            &mut o,
+            "hwqos_relay_link_changes",
+            "Link changes the probes' round-trip times showed since start (each restarts the link estimate).",
+        );
+        let _ = writeln!(o, "hwqos_relay_link_changes {}", t.link_changes);
         family(&mut o, "hwqos_relay_connections", "Open link connections.");
         let _ = writeln!(o, "hwqos_relay_connections {}", live.len());
         family(

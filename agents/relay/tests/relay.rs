@@ -126,6 +126,8 @@ async fn a_relay_pair_carries_bytes_both_ways_and_reports_them() {
         body.contains("hwqos_relay_codec_share_ratio{codec="),
         "{body}"
     );
+    // Round-robin sends no padded probes but its RTTs are watched too.
+    assert!(body.contains("\nhwqos_relay_link_changes "), "{body}");
 
     let (head, http_body) = http_get(near.metrics_addr.unwrap(), "/metrics").await;
     assert!(head.starts_with("HTTP/1.1 200"), "{head}");

@@ -425,6 +425,8 @@ fn client(args: &[String]) {
         "throttled_messages": st.throttled_messages,
         "sample_ns": st.sample_ns,
         "sample_credit_ns": st.sample_credit_ns,
+        "link_changes": st.link_changes,
+        "padded_probes": st.padded_probes,
         "mean_before_change_us": change_at.and_then(|_| mean(&rtts[..k])),
         "mean_after_change_us": change_at.and_then(|_| mean(&rtts[k..])),
         "reselected_after": reselected_after,

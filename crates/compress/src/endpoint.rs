@@ -113,6 +113,10 @@ pub struct StreamStats {
     pub probe_pad: u32,
     pub rtt_ns: Option<f64>,
     pub link_ns_per_byte: Option<f64>,
+    /// Link changes the probes' RTTs showed (each restarts the link estimate).
+    pub link_changes: u64,
+    /// Padded probes sent (the learning policies' own extra traffic).
+    pub padded_probes: u64,
     /// This round's compression budget (`None`: unlimited) and what is spent.
     pub budget_ns: Option<u64>,
     pub spent_ns: u64,
@@ -250,6 +254,13 @@ const MAX_CREDIT_MESSAGES: f64 = 200.0;
 /// Largest padding of a padded probe: 8 KiB is 66 µs at 1 Gbit/s, enough to
 /// stand out of the RTT jitter of a fast link.
 const MAX_PROBE_PAD: u32 = 8 * 1024;
+/// Probes sent one per message after a link change, like the first ones.
+const REPROBES: u32 = 6;
+/// Padded probe RTTs with the current padding after which the link estimate
+/// counts as steady and only every [`STEADY_PAD_EVERY`]th padded slot
+/// carries its padding (the others go as small probes).
+const STEADY_PADDED: usize = 6;
+const STEADY_PAD_EVERY: u32 = 4;
 
 /// One end of a message stream: sends with its policy, receives anything.
 pub struct Endpoint {
@@ -279,6 +290,9 @@ pub struct Endpoint {
     deferred_codec: Option<Arc<dyn Codec>>,
     deferred_msg: Vec<u8>,
     probe_seq: u32,
+    /// Probes with a sequence number below this go one per message (the
+    /// first ones, and again after a link change).
+    dense_until_seq: u32,
     /// Messages until the next probe (0: with the next message).
     until_probe: u32,
     pending_probes: VecDeque<(u32, u64)>,
@@ -341,6 +355,7 @@ impl Endpoint {
             deferred_codec: None,
             deferred_msg: Vec::new(),
             probe_seq: 0,
+            dense_until_seq: INITIAL_PROBES,
             until_probe: 0,
             pending_probes: VecDeque::new(),
             recv_reports: BTreeMap::new(),
@@ -592,7 +607,8 @@ impl Endpoint {
         if self.peer.is_some() && self.config.probe_every > 0 && self.until_probe == 0 {
             // Not before three padded probes measured the link with the
             // current padding (the padding may still have to grow).
-            let settled = self.learner.net.padded_rtts.len() >= 3;
+            let settled = self.learner.net.fixed_link_ns_per_byte.is_some()
+                || self.learner.net.padded_rtts.len() >= 3;
             let backoff = if settled && self.selector.chosen() == CodecId::NONE {
                 self.selector.backoff().min(64)
             } else {
@@ -601,7 +617,8 @@ impl Endpoint {
             // The first probes (small and padded in turn) go with the first
             // messages, so the link is measured after a few messages instead
             // of a few `probe_every`.
-            self.until_probe = if self.probe_seq < INITIAL_PROBES {
+            let dense = self.probe_seq < self.dense_until_seq;
+            self.until_probe = if dense {
                 1
             } else {
                 self.config.probe_every * backoff
@@ -611,11 +628,24 @@ impl Endpoint {
                 self.config.policy,
                 PolicyKind::Adaptive | PolicyKind::Majority
             );
-            let pad = if learning && self.probe_seq % 2 == 1 {
+            // A configured link cost needs no padded probes. Once the
+            // estimate is steady, only every 4th padded slot is padded: the
+            // padding is the learning policies' own traffic (8 KiB every 32
+            // messages each way cost ~2.5% of the RTT at 1 Gbit/s), and a
+            // link change shows in the small probes' RTTs too
+            // (`Learner::observe_rtt`), which restarts the dense probing.
+            let measuring = self.learner.net.fixed_link_ns_per_byte.is_none();
+            let steady = !dense && self.learner.net.padded_rtts.len() >= STEADY_PADDED;
+            let slot = self.probe_seq % 2 == 1;
+            let padded = slot && (!steady || (self.probe_seq / 2) % STEADY_PAD_EVERY == 0);
+            let pad = if learning && measuring && padded {
                 self.probe_pad
             } else {
                 0
             };
+            if pad > 0 {
+                self.stats.padded_probes += 1;
+            }
             let sent_ns = self.now_ns();
             let p = Probe {
                 seq: self.probe_seq,
@@ -793,9 +823,13 @@ impl Endpoint {
                     if r.seq < COLD_PROBES {
                         // cold start: not a measurement of the link
                     } else if pad == 0 {
-                        self.learner.observe_rtt(rtt);
+                        if self.learner.observe_rtt(rtt) {
+                            self.on_link_change();
+                        }
                     } else {
-                        self.learner.observe_padded_rtt(rtt, pad as u32);
+                        if self.learner.observe_padded_rtt(rtt, pad as u32) {
+                            self.on_link_change();
+                        }
                         self.probe_pad = self.learner.net.next_pad(
                             self.probe_pad,
                             self.config.probe_pad,
@@ -816,6 +850,18 @@ impl Endpoint {
                 Ok(None)
             }
         }
+    }
+
+    /// The probes' RTTs say the link changed (the learner dropped its link
+    /// estimate): measure the new one with a probe per message, and drop the
+    /// unspent sampling credit, which was earned at the old link's prices
+    /// (after a switch from 10 Mbit/s to 1 Gbit/s it paid for a few hundred
+    /// messages of expensive samples).
+    fn on_link_change(&mut self) {
+        self.dense_until_seq = self.probe_seq.wrapping_add(REPROBES);
+        self.until_probe = 0;
+        self.sample_credit_ns = self.sample_ns as f64;
+        self.stats.link_changes += 1;
     }
 
     /// A snapshot of the counters and estimates.

@@ -120,7 +120,13 @@ impl Window {
 
     /// The value at quantile `q` in [0, 1] (nearest rank).
     pub fn quantile(&self, q: f64) -> Option<f64> {
-        let mut v: Vec<f64> = self.values.iter().copied().collect();
+        self.quantile_before_last(q, 0)
+    }
+
+    /// Like [`Window::quantile`], leaving out the last `n` values.
+    pub fn quantile_before_last(&self, q: f64, n: usize) -> Option<f64> {
+        let keep = self.values.len().saturating_sub(n);
+        let mut v: Vec<f64> = self.values.iter().take(keep).copied().collect();
         if v.is_empty() {
             return None;
         }
@@ -156,6 +162,12 @@ pub struct NetworkEstimate {
     /// The estimate made with the previous padding, used until probes with
     /// the new padding have been answered.
     pub previous_link_ns_per_byte: Option<f64>,
+    /// Consecutive probe RTTs far below / far above what the link gave
+    /// before (see [`Learner::observe_rtt`]), of small and of padded probes.
+    pub low_streak: [u32; 2],
+    pub high_streak: [u32; 2],
+    /// Link changes detected over the stream's life.
+    pub changes: u64,
 }
 
 impl NetworkEstimate {
@@ -227,6 +239,10 @@ impl NetworkEstimate {
 const LINK_QUANTILE: f64 = 0.25;
 /// Small and padded probe RTTs needed before the link cost is estimated.
 const MIN_PROBES_FOR_LINK: usize = 3;
+/// Probes in a row far faster than before that signal a faster link.
+pub const LINK_CHANGE_LOW: u32 = 2;
+/// Probes in a row far slower than before that signal a slower link.
+pub const LINK_CHANGE_HIGH: u32 = 3;
 
 /// Compressions of a codec within one round needed before its ratio may
 /// signal a content change.
@@ -263,6 +279,9 @@ impl Learner {
                 pad: 0,
                 fixed_link_ns_per_byte,
                 previous_link_ns_per_byte: None,
+                low_streak: [0; 2],
+                high_streak: [0; 2],
+                changes: 0,
             },
             message_size: Ewma::new(0.05),
             round: BTreeMap::new(),
@@ -298,16 +317,23 @@ impl Learner {
         o.remote_decompress_ns += ns;
     }
 
-    pub fn observe_rtt(&mut self, rtt_ns: u64) {
+    /// A small probe took `rtt_ns`. Returns true when this RTT, with the
+    /// ones before it, says the link changed (see [`Learner::link_change`]);
+    /// the link estimate then starts over from this RTT.
+    pub fn observe_rtt(&mut self, rtt_ns: u64) -> bool {
+        let changed = self.link_change(rtt_ns as f64, false);
         self.net.rtt_ns.update(rtt_ns as f64);
         self.net.small_rtts.push(rtt_ns as f64);
+        changed
     }
 
-    /// A padded probe of `pad` extra bytes took `rtt_ns`.
-    pub fn observe_padded_rtt(&mut self, rtt_ns: u64, pad: u32) {
+    /// A padded probe of `pad` extra bytes took `rtt_ns`. Returns true when
+    /// the link changed, like [`Learner::observe_rtt`].
+    pub fn observe_padded_rtt(&mut self, rtt_ns: u64, pad: u32) -> bool {
         if pad == 0 {
-            return;
+            return false;
         }
+        let mut changed = false;
         if pad != self.net.pad {
             if self.net.pad != 0 {
                 // A zero estimate is noise, not a free link: not kept.
@@ -316,8 +342,65 @@ impl Learner {
             }
             self.net.padded_rtts.clear();
             self.net.pad = pad;
+        } else {
+            changed = self.link_change(rtt_ns as f64, true);
         }
         self.net.padded_rtts.push(rtt_ns as f64);
+        changed
+    }
+
+    /// Whether a probe RTT, with the ones before it, shows a different link:
+    /// [`LINK_CHANGE_LOW`] probes in a row under half the smallest RTT of
+    /// their kind in the window (delay only ever adds to an RTT, so a much
+    /// faster one is the link, not noise), or [`LINK_CHANGE_HIGH`] in a row
+    /// over three times the median plus 200 µs (single spikes from a
+    /// busy machine are common). Then the RTT and link estimates start over
+    /// (the windows are emptied, the previous link estimate dropped), so
+    /// predictions wait for the new link's probes instead of pricing
+    /// messages with the old one. With a configured link cost, only the RTT
+    /// follows.
+    fn link_change(&mut self, rtt: f64, padded: bool) -> bool {
+        let window = if padded {
+            &self.net.padded_rtts
+        } else {
+            &self.net.small_rtts
+        };
+        // The reference leaves out the RTTs of the current streak (they are
+        // in the window already).
+        let kind = usize::from(padded);
+        let streak = self.net.low_streak[kind].max(self.net.high_streak[kind]) as usize;
+        if window.len() < MIN_PROBES_FOR_LINK + streak {
+            return false;
+        }
+        let (Some(min), Some(median)) = (
+            window.quantile_before_last(0.0, streak),
+            window.quantile_before_last(0.5, streak),
+        ) else {
+            return false;
+        };
+        if rtt < 0.5 * min {
+            self.net.low_streak[kind] += 1;
+            self.net.high_streak = [0; 2];
+        } else if rtt > 3.0 * median + 200_000.0 {
+            self.net.high_streak[kind] += 1;
+            self.net.low_streak = [0; 2];
+        } else {
+            self.net.low_streak = [0; 2];
+            self.net.high_streak = [0; 2];
+        }
+        let low: u32 = self.net.low_streak.iter().sum();
+        let high: u32 = self.net.high_streak.iter().sum();
+        if low < LINK_CHANGE_LOW && high < LINK_CHANGE_HIGH {
+            return false;
+        }
+        self.net.low_streak = [0; 2];
+        self.net.high_streak = [0; 2];
+        self.net.changes += 1;
+        self.net.rtt_ns.reset();
+        self.net.small_rtts.clear();
+        self.net.padded_rtts.clear();
+        self.net.previous_link_ns_per_byte = None;
+        true
     }
 
     pub fn observe_message_size(&mut self, len: usize) {

@@ -629,3 +629,77 @@ fn cgroup_use_and_limit_come_from_the_v1_and_v2_files() {
     drop(v2);
     assert_eq!(l.utilization(), None);
 }
+
+#[test]
+fn a_much_faster_or_slower_link_restarts_the_link_estimate_and_a_spike_does_not() {
+    let mut l = Learner::new(0.1, None);
+    // 10 Mbit/s, 5 ms: 10 ms small probes, 2 KiB padding adds 1.64 ms.
+    for i in 0..6 {
+        assert!(!l.observe_rtt(10_000_000 + i * 10_000));
+        assert!(!l.observe_padded_rtt(11_638_400 + i * 10_000, 2048));
+    }
+    let slow = l.net.link_ns_per_byte().unwrap();
+    assert!((slow - 800.0).abs() < 10.0, "{slow}");
+    // One RTT far below the window is not enough, the second in a row is.
+    assert!(!l.observe_rtt(420_000));
+    assert!(l.observe_rtt(410_000));
+    assert_eq!(l.net.changes, 1);
+    assert_eq!(l.net.link_ns_per_byte(), None, "old link estimate kept");
+    assert_eq!(l.net.rtt_ns.get(), Some(410_000.0));
+    // The new link (1 Gbit/s, 0.2 ms) is measured from scratch.
+    for _ in 0..3 {
+        assert!(!l.observe_rtt(400_000));
+        assert!(!l.observe_padded_rtt(416_384, 2048));
+    }
+    let fast = l.net.link_ns_per_byte().unwrap();
+    assert!((fast - 8.0).abs() < 0.5, "{fast}");
+    // A single spike, even two in a row, is noise.
+    assert!(!l.observe_rtt(5_000_000));
+    assert!(!l.observe_rtt(6_000_000));
+    assert!(!l.observe_rtt(400_000));
+    assert_eq!(l.net.changes, 1);
+    // Three far slower probes in a row are a slower link.
+    assert!(!l.observe_rtt(10_000_000));
+    assert!(!l.observe_padded_rtt(11_600_000, 2048));
+    assert!(l.observe_rtt(10_000_000));
+    assert_eq!(l.net.changes, 2);
+    assert_eq!(l.net.link_ns_per_byte(), None);
+}
+
+#[test]
+fn padded_probes_thin_out_once_the_link_estimate_is_steady() {
+    // Majority sends probes at a fixed pace (no back-off), every other one
+    // padded while the link is being measured.
+    let mut cfg = sim_config("majority");
+    cfg.link_ns_per_byte = None;
+    cfg.probe_every = 16;
+    let (mut a, mut b) = pair(cfg.clone());
+    let msg = [b'x'; 300];
+    for _ in 0..1000 {
+        send(&mut a, &mut b, &msg);
+    }
+    let early = a.stats().padded_probes;
+    for _ in 0..2048 {
+        send(&mut a, &mut b, &msg);
+    }
+    let late = a.stats().padded_probes - early;
+    // 2,048 messages: 128 probes, 64 padded slots, every 4th padded once
+    // steady (16). A link change (not expected in memory, but a stalled
+    // test thread can look like one) restarts the dense probing: at most
+    // 3 padded probes there and 6 in the slots until steady again.
+    let changes = a.stats().link_changes;
+    let most = 24 + 9 * changes;
+    assert!(
+        (12..=most).contains(&late),
+        "padded probes in 2,048 messages: {late} (link changes: {changes})"
+    );
+    assert!(a.learner().net.link_ns_per_byte().is_some());
+    // With a configured link cost no probe is padded at all.
+    cfg.link_ns_per_byte = Some(800.0);
+    let (mut a, mut b) = pair(cfg);
+    for _ in 0..500 {
+        send(&mut a, &mut b, &msg);
+    }
+    assert_eq!(a.stats().padded_probes, 0);
+    assert!(a.stats().rtt_ns.is_some());
+}
