@@ -108,7 +108,10 @@ fn every_agent_has_a_row_with_its_own_metrics() {
             .position(|p| p["type"] == "row" && p["title"].as_str().unwrap().starts_with(agent))
             .unwrap_or_else(|| panic!("no row for {agent}"));
         assert!(
-            !panels[row]["title"].as_str().unwrap().contains("PLACEHOLDER"),
+            !panels[row]["title"]
+                .as_str()
+                .unwrap()
+                .contains("PLACEHOLDER"),
             "{agent}"
         );
         let mut exprs = Vec::new();
