@@ -83,14 +83,22 @@ pub enum Command {
         /// one) instead of everything on the CPU; see `synthesize --help`.
         #[arg(long, value_name = "PIDS")]
         measure_processes: Option<String>,
+        /// Serve OpenMetrics `/metrics` on this address (e.g. 127.0.0.1:9465;
+        /// port 0 picks a free one, printed on stderr); measures while it runs.
+        #[arg(long, value_name = "ADDR")]
+        metrics_listen: Option<String>,
     },
-    /// Agent mode (systemd): replay the configured model until SIGTERM.
+    /// Agent mode (systemd): replay the configured model until SIGTERM,
+    /// measuring it and serving `/metrics` (`[metrics]` in the configuration).
     Run {
         /// Model file (default: `[run] model` of the configuration).
         model: Option<PathBuf>,
         /// Replay the recorded time series.
         #[arg(long)]
         dynamic: bool,
+        /// `/metrics` address (default: `[metrics] listen`, 127.0.0.1:9465).
+        #[arg(long, value_name = "ADDR")]
+        metrics_listen: Option<String>,
     },
     /// Check the configuration and exit (0: valid, 2: invalid).
     CheckConfig,
@@ -141,4 +149,8 @@ pub struct LoopArgs {
     /// count. All targets must be on one CPU.
     #[arg(long, value_name = "PIDS")]
     pub measure_processes: Option<String>,
+    /// Serve OpenMetrics `/metrics` on this address while the loop runs
+    /// (e.g. 127.0.0.1:9465; port 0 picks a free one, printed on stderr).
+    #[arg(long, value_name = "ADDR")]
+    pub metrics_listen: Option<String>,
 }

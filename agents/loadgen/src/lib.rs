@@ -3,9 +3,11 @@
 //!
 //! - [`cli`]: the clap definitions (public for man pages and completions);
 //! - [`AgentConfig`]: the TOML configuration (safety caps, I/O settings, model);
+//! - [`metrics`]: the OpenMetrics `/metrics` exposition;
 //! - [`run`]: executes one command.
 
 pub mod cli;
+pub mod metrics;
 
 use cli::{Cli, Command, LoopArgs};
 use hwqos_loadsynth::actuate::{Actuators, CacheLevels};
@@ -36,6 +38,29 @@ pub struct RunSection {
     pub force: bool,
 }
 
+/// The default `/metrics` address of `run` (synthesize and replay serve
+/// only with `--metrics-listen`).
+pub const DEFAULT_METRICS_LISTEN: &str = "127.0.0.1:9465";
+
+/// `[metrics]`: the OpenMetrics endpoint of `run`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct MetricsSection {
+    /// Serve `/metrics` while `run` replays.
+    pub enabled: bool,
+    /// Address to listen on (loopback; the unit allows no other).
+    pub listen: String,
+}
+
+impl Default for MetricsSection {
+    fn default() -> MetricsSection {
+        MetricsSection {
+            enabled: true,
+            listen: DEFAULT_METRICS_LISTEN.into(),
+        }
+    }
+}
+
 /// The agent's configuration file.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -46,6 +71,7 @@ pub struct AgentConfig {
     /// Nice value of the generator threads (see `LoadConfig::nice`).
     pub nice: Option<i32>,
     pub run: RunSection,
+    pub metrics: MetricsSection,
 }
 
 impl AgentConfig {
@@ -57,6 +83,16 @@ impl AgentConfig {
         c.caps
             .validate()
             .map_err(|e| format!("{}: {e}", path.display()))?;
+        c.metrics
+            .listen
+            .parse::<std::net::SocketAddr>()
+            .map_err(|e| {
+                format!(
+                    "{}: [metrics] listen = \"{}\": {e} (expected IP:PORT, e.g. {DEFAULT_METRICS_LISTEN})",
+                    path.display(),
+                    c.metrics.listen
+                )
+            })?;
         Ok(c)
     }
 
@@ -274,6 +310,38 @@ fn check_cpus(
     }
 }
 
+/// Starts `/metrics` on `addr` when given; prints the bound address on
+/// stderr (`metrics on ADDR`) so a caller that asked for port 0 finds it.
+fn start_metrics(
+    addr: Option<&str>,
+    mode: &str,
+    file: &Path,
+) -> Result<(metrics::SharedSnapshot, Option<metrics::MetricsServer>), Failure> {
+    let snapshot = std::sync::Arc::new(std::sync::Mutex::new(metrics::Snapshot::new(
+        mode,
+        &file.display().to_string(),
+    )));
+    let server = match addr {
+        Some(a) => {
+            // Exit 1, not 2: a port in use may be free after a restart.
+            let srv =
+                metrics::MetricsServer::start(a, snapshot.clone()).map_err(|e| Failure(1, e))?;
+            eprintln!("metrics on {}", srv.local_addr());
+            Some(srv)
+        }
+        None => None,
+    };
+    Ok((snapshot, server))
+}
+
+fn lock(s: &metrics::SharedSnapshot) -> std::sync::MutexGuard<'_, metrics::Snapshot> {
+    s.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Consecutive in-tolerance intervals after which a replayed pair counts as
+/// converged on `/metrics` (synthesize's `--needed` default).
+const REPLAY_NEEDED: u32 = 8;
+
 fn this_node() -> Result<HardwareModel, Failure> {
     HardwareModel::this_node()
         .map_err(|e| Failure(1, format!("reading this node's hardware model: {e}")))
@@ -385,6 +453,7 @@ fn execute(cmd: Command, config: &AgentConfig, config_path: Option<&Path>) -> Re
             json,
             period_ms,
             measure_processes,
+            metrics_listen,
         } => {
             let on = measure_on(measure_processes.as_deref())?;
             let opts = ReplayArgs {
@@ -395,10 +464,15 @@ fn execute(cmd: Command, config: &AgentConfig, config_path: Option<&Path>) -> Re
                 json,
                 period_ms,
                 on,
+                metrics_listen,
             };
             replay(&model, &opts, &cfg, false)
         }
-        Command::Run { model, dynamic } => {
+        Command::Run {
+            model,
+            dynamic,
+            metrics_listen,
+        } => {
             let model = model.or_else(|| config.run.model.clone()).ok_or_else(|| {
                 usage("no model: give one or set [run] model in the configuration")
             })?;
@@ -412,6 +486,12 @@ fn execute(cmd: Command, config: &AgentConfig, config_path: Option<&Path>) -> Re
                 json: false,
                 period_ms: 250,
                 on: MeasureOn::WholeCpu,
+                metrics_listen: metrics_listen.or_else(|| {
+                    config
+                        .metrics
+                        .enabled
+                        .then(|| config.metrics.listen.clone())
+                }),
             };
             replay(&model, &opts, &cfg, true)
         }
@@ -502,6 +582,9 @@ fn synthesize(
     let source = open_source(&wanted, period, a.monitor_socket.as_deref(), on)?;
     let stop = act.stop_flag();
     stop_on_signals(&stop);
+    let (snapshot, _server) =
+        start_metrics(a.metrics_listen.as_deref(), "synthesize", targets_path)?;
+    let loop_start = std::time::Instant::now();
     let mut src = Stoppable {
         inner: source,
         stop: stop.clone(),
@@ -521,8 +604,24 @@ fn synthesize(
             .collect();
         move |m: LoadMetric, c: u32| r.get(&(m, c)).copied().unwrap_or((0.0, 1.0))
     };
+    let needed = opts.needed;
     let result = synth::synthesize(&t, node, &mut src, &mut act, &ranges, &opts, &mut |s, n| {
-        bars.update(s, n)
+        bars.update(s, n);
+        let mut snap = lock(&snapshot);
+        let elapsed = loop_start.elapsed().as_secs_f64();
+        for p in s {
+            snap.update_pair(
+                p.metric.name(),
+                p.cpu,
+                p.target,
+                p.measured,
+                p.knob,
+                p.measured.map(|_| p.within),
+                needed,
+                elapsed,
+            );
+        }
+        snap.samples = n;
     });
     bars.finish();
     let stopped = act.stop();
@@ -554,6 +653,7 @@ struct ReplayArgs {
     json: bool,
     period_ms: u64,
     on: MeasureOn,
+    metrics_listen: Option<String>,
 }
 
 fn replay(model_path: &Path, a: &ReplayArgs, cfg: &LoadConfig, agent: bool) -> Result<(), Failure> {
@@ -588,15 +688,45 @@ fn replay(model_path: &Path, a: &ReplayArgs, cfg: &LoadConfig, agent: bool) -> R
     let mut act = Actuators::start(&pairs, &CacheLevels::of(&node.topology, cpu), cfg)?;
     let stop = act.stop_flag();
     stop_on_signals(&stop);
-    let mut source = if verify {
-        Some(LocalSource::measuring(
+    let mode = if agent { "run" } else { "replay" };
+    let (snapshot, server) = start_metrics(a.metrics_listen.as_deref(), mode, model_path)?;
+    // With /metrics on, measure too (the dashboard wants the error); only
+    // --verify makes a measurement failure fatal.
+    let measure = || {
+        LocalSource::measuring(
             &wanted,
             Duration::from_millis(period_ms.max(10)),
             a.on.clone(),
-        )?)
+        )
+    };
+    let mut source = if verify {
+        Some(measure()?)
+    } else if server.is_some() {
+        match measure() {
+            Ok(s) => Some(s),
+            Err(e) => {
+                tracing::warn!("measuring for /metrics: {e}; serving targets and knobs only");
+                None
+            }
+        }
     } else {
         None
     };
+    {
+        let mut snap = lock(&snapshot);
+        for e in &model.entries {
+            snap.update_pair(
+                e.metric.name(),
+                e.cpu,
+                e.target,
+                None,
+                e.knob,
+                None,
+                REPLAY_NEEDED,
+                0.0,
+            );
+        }
+    }
     let watchdog = sd_notify::watchdog_enabled().filter(|d| !d.is_zero());
     if agent {
         let _ = sd_notify::notify(&[
@@ -640,6 +770,32 @@ fn replay(model_path: &Path, a: &ReplayArgs, cfg: &LoadConfig, agent: bool) -> R
                 })
                 .collect();
             bar.set_message(msg.join("  "));
+            {
+                let mut snap = lock(&snapshot);
+                for e in &model.entries {
+                    let measured = values.get(&(e.metric, e.cpu)).copied();
+                    let knob = if dynamic {
+                        synth::dynamic_knob(e, t)
+                    } else {
+                        e.knob
+                    };
+                    snap.update_pair(
+                        e.metric.name(),
+                        e.cpu,
+                        e.target,
+                        measured,
+                        knob,
+                        measured.map(|m| {
+                            hwqos_loadsynth::control::within(e.metric, e.tolerance, e.target, m)
+                        }),
+                        REPLAY_NEEDED,
+                        t,
+                    );
+                }
+                if !values.is_empty() {
+                    snap.samples += 1;
+                }
+            }
             if let Some(w) = watchdog {
                 if last_ping.elapsed() >= w / 2 {
                     let _ = sd_notify::notify(&[sd_notify::NotifyState::Watchdog]);

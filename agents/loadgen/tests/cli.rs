@@ -224,7 +224,7 @@ fn run_notifies_ready_and_stopping_and_exits_on_sigterm() {
     let cfg = write(
         dir.path(),
         "c.toml",
-        &format!("[run]\nmodel = \"{model}\"\n"),
+        &format!("[run]\nmodel = \"{model}\"\n[metrics]\nlisten = \"127.0.0.1:0\"\n"),
     );
     let sock_path = dir.path().join("notify.sock");
     let sock = UnixDatagram::bind(&sock_path).unwrap();

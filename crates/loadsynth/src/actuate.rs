@@ -64,6 +64,7 @@ pub struct Actuators {
     ranges: BTreeMap<(LoadMetric, u32), (f64, f64)>,
     work: BTreeMap<(LoadMetric, u32), WorkCounter>,
     nice: Option<i32>,
+    siblings: BTreeMap<u32, gen::Siblings>,
 }
 
 /// Sets the calling thread's nice value.
@@ -156,6 +157,7 @@ impl Actuators {
             ranges: BTreeMap::new(),
             work: BTreeMap::new(),
             nice: None,
+            siblings: BTreeMap::new(),
         };
         for ((m, cpu), initial) in pairs {
             let range = knob_range(*m, cfg);
@@ -256,6 +258,7 @@ impl Actuators {
             cpu,
             stop: self.stop.clone(),
             done,
+            siblings: self.siblings.entry(cpu).or_default().clone(),
         }
     }
 
@@ -273,6 +276,7 @@ impl Actuators {
                 if let Some(n) = nice {
                     set_thread_nice(n)?;
                 }
+                ctx.siblings.register_self();
                 body(&ctx)
             })
             .map_err(|e| LoadError::Io(format!("starting generator {name}"), e))?;

@@ -1,0 +1,319 @@
+//! The agent's OpenMetrics exposition (`hwqos_loadgen_*`): per (metric, CPU)
+//! pair the target, the measured value, the relative error, the knob and
+//! whether the pair has converged, for the fleet dashboard's loadgen
+//! convergence panel. Every family is a gauge, as in the monitor, the relay
+//! and hwqos-sra. The family names are a contract with
+//! `deploy/prometheus/`; keep them.
+//!
+//! The command loop writes a [`Snapshot`] after every control or measurement
+//! interval; [`MetricsServer`] serves it on `GET /metrics` from its own
+//! runtime thread, which sleeps until a scrape arrives (no polling, so it adds
+//! nothing to the measured CPU between scrapes).
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+
+pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+/// One (metric, CPU) pair's state.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct PairGauges {
+    pub target: f64,
+    /// None until the first measurement (or when the command measures nothing).
+    pub measured: Option<f64>,
+    pub knob: f64,
+    /// Within tolerance for the needed number of consecutive intervals now.
+    pub converged: bool,
+    /// Seconds from the start of the loop to the first convergence.
+    pub convergence_s: Option<f64>,
+    /// Consecutive intervals within tolerance (bookkeeping for `converged`).
+    pub within_run: u32,
+}
+
+/// What `/metrics` shows.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Snapshot {
+    /// `synthesize`, `replay` or `run`.
+    pub mode: String,
+    /// The targets or model file.
+    pub model: String,
+    /// Keyed by (metric name, CPU).
+    pub pairs: BTreeMap<(String, u32), PairGauges>,
+    /// Control or measurement intervals done.
+    pub samples: u64,
+}
+
+impl Snapshot {
+    pub fn new(mode: &str, model: &str) -> Snapshot {
+        Snapshot {
+            mode: mode.into(),
+            model: model.into(),
+            ..Snapshot::default()
+        }
+    }
+
+    /// Records one interval's result for a pair: `within` says whether the
+    /// measurement was within tolerance; `needed` consecutive ones converge
+    /// the pair, and the first time that happens, at `elapsed_s` since the
+    /// loop started, is its convergence time.
+    #[allow(clippy::too_many_arguments)]
+    pub fn update_pair(
+        &mut self,
+        metric: &str,
+        cpu: u32,
+        target: f64,
+        measured: Option<f64>,
+        knob: f64,
+        within: Option<bool>,
+        needed: u32,
+        elapsed_s: f64,
+    ) {
+        let p = self.pairs.entry((metric.to_string(), cpu)).or_default();
+        p.target = target;
+        if measured.is_some() {
+            p.measured = measured;
+        }
+        p.knob = knob;
+        if let Some(w) = within {
+            p.within_run = if w { p.within_run.saturating_add(1) } else { 0 };
+            p.converged = p.within_run >= needed.max(1);
+            if p.converged && p.convergence_s.is_none() {
+                p.convergence_s = Some(elapsed_s);
+            }
+        }
+    }
+}
+
+pub type SharedSnapshot = Arc<Mutex<Snapshot>>;
+
+fn family(out: &mut String, name: &str, help: &str, unit: Option<&str>) {
+    let _ = writeln!(out, "# TYPE {name} gauge");
+    if let Some(u) = unit {
+        let _ = writeln!(out, "# UNIT {name} {u}");
+    }
+    let _ = writeln!(out, "# HELP {name} {help}");
+}
+
+fn escape(v: &str) -> String {
+    v.replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
+/// An OpenMetrics number (`NaN`/`+Inf` spelled as the format wants).
+fn num(v: f64) -> String {
+    if v.is_nan() {
+        "NaN".into()
+    } else if v.is_infinite() {
+        if v > 0.0 { "+Inf" } else { "-Inf" }.into()
+    } else {
+        format!("{v}")
+    }
+}
+
+/// Renders a snapshot.
+pub fn render(s: &Snapshot) -> String {
+    let mut o = String::new();
+    family(
+        &mut o,
+        "hwqos_loadgen_info",
+        "Command the agent runs and the targets or model file it uses.",
+        None,
+    );
+    let _ = writeln!(
+        o,
+        "hwqos_loadgen_info{{mode=\"{}\",model=\"{}\"}} 1",
+        escape(&s.mode),
+        escape(&s.model)
+    );
+    type Get = fn(&PairGauges) -> Option<f64>;
+    let per_pair: [(&str, &str, Get); 6] = [
+        (
+            "hwqos_loadgen_target",
+            "Target value of the metric on the CPU (metric units: ratio, events/s, bytes/s).",
+            |p| Some(p.target),
+        ),
+        (
+            "hwqos_loadgen_measured",
+            "Last measured value of the metric on the CPU.",
+            |p| p.measured,
+        ),
+        (
+            "hwqos_loadgen_error_ratio",
+            "(measured - target) / target; absent for a zero target.",
+            |p| match p.measured {
+                Some(m) if p.target != 0.0 => Some((m - p.target) / p.target),
+                _ => None,
+            },
+        ),
+        (
+            "hwqos_loadgen_knob",
+            "The generator's knob (duty cycle, rate or ratio, in the generator's unit).",
+            |p| Some(p.knob),
+        ),
+        (
+            "hwqos_loadgen_converged",
+            "1 while the pair has been within tolerance for the needed consecutive intervals.",
+            |p| p.measured.map(|_| f64::from(u8::from(p.converged))),
+        ),
+        (
+            "hwqos_loadgen_convergence_seconds",
+            "Seconds from the start of the loop until the pair first converged.",
+            |p| p.convergence_s,
+        ),
+    ];
+    for (name, help, get) in per_pair {
+        let unit = name.ends_with("_seconds").then_some("seconds");
+        family(&mut o, name, help, unit);
+        for ((metric, cpu), p) in &s.pairs {
+            if let Some(v) = get(p) {
+                let _ = writeln!(
+                    o,
+                    "{name}{{metric=\"{}\",cpu=\"{cpu}\"}} {}",
+                    escape(metric),
+                    num(v)
+                );
+            }
+        }
+    }
+    family(
+        &mut o,
+        "hwqos_loadgen_samples",
+        "Control or measurement intervals done.",
+        None,
+    );
+    let _ = writeln!(o, "hwqos_loadgen_samples {}", s.samples);
+    o.push_str("# EOF\n");
+    o
+}
+
+/// Serves `GET /metrics` from a snapshot on its own one-worker runtime until
+/// dropped.
+pub struct MetricsServer {
+    rt: Option<tokio::runtime::Runtime>,
+    stop: tokio::sync::watch::Sender<bool>,
+    local: SocketAddr,
+}
+
+impl MetricsServer {
+    /// Binds `addr` (e.g. `127.0.0.1:9465`; port 0 picks one) and starts
+    /// serving. Threads inherit the caller's signal mask.
+    pub fn start(addr: &str, snapshot: SharedSnapshot) -> Result<MetricsServer, String> {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .thread_name("hwqos-loadgen-metrics")
+            .enable_io()
+            .build()
+            .map_err(|e| format!("starting the metrics runtime: {e}"))?;
+        let listener = rt
+            .block_on(tokio::net::TcpListener::bind(addr))
+            .map_err(|e| format!("metrics listen address {addr}: {e}"))?;
+        let local = listener
+            .local_addr()
+            .map_err(|e| format!("metrics listen address {addr}: {e}"))?;
+        let (stop, stop_rx) = tokio::sync::watch::channel(false);
+        rt.spawn(serve(listener, snapshot, stop_rx));
+        Ok(MetricsServer {
+            rt: Some(rt),
+            stop,
+            local,
+        })
+    }
+
+    /// The address actually bound.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local
+    }
+}
+
+impl Drop for MetricsServer {
+    fn drop(&mut self) {
+        let _ = self.stop.send(true);
+        if let Some(rt) = self.rt.take() {
+            rt.shutdown_timeout(std::time::Duration::from_secs(2));
+        }
+    }
+}
+
+async fn serve(
+    listener: tokio::net::TcpListener,
+    snapshot: SharedSnapshot,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+) {
+    use axum::http::header;
+    use axum::routing::get;
+    let app = axum::Router::new().route(
+        "/metrics",
+        get(move || {
+            let s = snapshot.clone();
+            async move {
+                let body = render(&s.lock().unwrap_or_else(|p| p.into_inner()));
+                ([(header::CONTENT_TYPE, CONTENT_TYPE)], body)
+            }
+        }),
+    );
+    let r = axum::serve(listener, app)
+        .with_graceful_shutdown(async move {
+            let _ = stop.changed().await;
+        })
+        .await;
+    if let Err(e) = r {
+        tracing::error!("/metrics server failed: {e}");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn renders_every_family_once_and_ends_with_eof() {
+        let mut s = Snapshot::new("synthesize", "t\"x.json");
+        s.update_pair("cpu_util", 1, 0.5, Some(0.45), 0.4, Some(true), 2, 1.0);
+        s.update_pair("cpu_util", 1, 0.5, Some(0.55), 0.41, Some(true), 2, 1.5);
+        s.update_pair("page_fault_rate", 0, 0.0, None, 7.0, None, 2, 1.5);
+        s.samples = 2;
+        let text = render(&s);
+        assert!(text.ends_with("# EOF\n"));
+        assert!(text.contains("hwqos_loadgen_info{mode=\"synthesize\",model=\"t\\\"x.json\"} 1"));
+        assert!(text.contains("hwqos_loadgen_target{metric=\"cpu_util\",cpu=\"1\"} 0.5\n"));
+        assert!(text.contains("hwqos_loadgen_measured{metric=\"cpu_util\",cpu=\"1\"} 0.55\n"));
+        assert!(text.contains("hwqos_loadgen_knob{metric=\"page_fault_rate\",cpu=\"0\"} 7\n"));
+        assert!(text.contains("hwqos_loadgen_converged{metric=\"cpu_util\",cpu=\"1\"} 1\n"));
+        assert!(
+            text.contains("hwqos_loadgen_convergence_seconds{metric=\"cpu_util\",cpu=\"1\"} 1.5\n")
+        );
+        // (0.55 - 0.5) / 0.5
+        let err: f64 = text
+            .lines()
+            .find(|l| l.starts_with("hwqos_loadgen_error_ratio{metric=\"cpu_util\""))
+            .and_then(|l| l.rsplit(' ').next())
+            .unwrap()
+            .parse()
+            .unwrap();
+        assert!((err - 0.1).abs() < 1e-9, "{err}");
+        // A pair that was never measured has no measured/error/converged line.
+        assert!(!text.contains("hwqos_loadgen_measured{metric=\"page_fault_rate\""));
+        assert!(!text.contains("hwqos_loadgen_converged{metric=\"page_fault_rate\""));
+        assert!(text.contains("hwqos_loadgen_samples 2\n"));
+        let types: Vec<&str> = text.lines().filter(|l| l.starts_with("# TYPE")).collect();
+        let mut dedup = types.clone();
+        dedup.sort();
+        dedup.dedup();
+        assert_eq!(types.len(), dedup.len());
+        assert_eq!(types.len(), 8);
+    }
+
+    #[test]
+    fn leaving_tolerance_unconverges_but_keeps_the_first_convergence_time() {
+        let mut s = Snapshot::new("replay", "m.json");
+        for (i, w) in [true, true, false, true].into_iter().enumerate() {
+            s.update_pair("cpu_util", 0, 0.5, Some(0.5), 0.5, Some(w), 2, i as f64);
+        }
+        let p = &s.pairs[&("cpu_util".to_string(), 0)];
+        assert!(!p.converged);
+        assert_eq!(p.convergence_s, Some(1.0));
+    }
+}
