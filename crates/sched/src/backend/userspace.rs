@@ -267,6 +267,9 @@ impl QuotaBackend for UserspaceBackend {
     fn enforce(&mut self, pid: u32, quotas: &QuotaSet) -> Result<(), SchedError> {
         quotas.validate()?;
         let opts = &self.shared.opts;
+        if opts.route == OverflowRoute::Direct {
+            direct_route_allowed(&opts.proc_root, pid)?;
+        }
         let mut st = lock(&self.shared.state);
         if st.tasks.contains_key(&pid) {
             release_locked(&mut st, opts, pid);
@@ -539,6 +542,57 @@ fn thaw(task: &Task, _opts: &UserspaceOptions) {
             unsafe { libc::kill(task.pid as i32, libc::SIGCONT) };
         }
     }
+}
+
+/// The kernel delivers an overflow signal to another process only when the
+/// counter's owner (who called `F_SETOWN_EX`) is root or shares a real or
+/// saved user id with the target (`sigio_perm()` in fs/fcntl.c; capabilities
+/// such as `CAP_KILL` do not count there). Otherwise the SIGSTOP of the direct
+/// route is silently dropped, so such processes are refused with the reason
+/// instead of being left unthrottled.
+fn direct_route_allowed(proc_root: &std::path::Path, pid: u32) -> Result<(), SchedError> {
+    // SAFETY: getuid/geteuid have no preconditions.
+    let (uid, euid) = unsafe { (libc::getuid(), libc::geteuid()) };
+    if euid == 0 {
+        return Ok(());
+    }
+    let status = std::fs::read_to_string(proc_root.join(pid.to_string()).join("status"))
+        .map_err(|_| SchedError::Vanished { pid })?;
+    direct_route_check(uid, euid, pid, &status)
+}
+
+/// [`direct_route_allowed`] for a caller with `uid`/`euid` and the target's
+/// `/proc/PID/status` text.
+fn direct_route_check(uid: u32, euid: u32, pid: u32, status: &str) -> Result<(), SchedError> {
+    if euid == 0 {
+        return Ok(());
+    }
+    let ids: Vec<u32> = status
+        .lines()
+        .find_map(|l| l.strip_prefix("Uid:"))
+        .map(|v| {
+            v.split_whitespace()
+                .filter_map(|x| x.parse().ok())
+                .collect()
+        })
+        .unwrap_or_default();
+    let (real, saved) = (ids.first().copied(), ids.get(2).copied());
+    if [real, saved]
+        .iter()
+        .flatten()
+        .any(|t| *t == uid || *t == euid)
+    {
+        return Ok(());
+    }
+    Err(SchedError::invalid(
+        "quota route",
+        format!(
+            "the direct route cannot stop pid {pid} (user {}): the kernel sends counter-overflow \
+             signals only to processes of the same user or from root; use route = \"agent\" \
+             (the agent stops it with kill(2) and CAP_KILL) or run as root",
+            real.map_or("?".to_string(), |u| u.to_string())
+        ),
+    ))
 }
 
 fn open_thread(
@@ -935,5 +989,25 @@ fn renew_due(st: &mut State, opts: &UserspaceOptions) {
             next += behind * period_ns;
         }
         task.next_deadline_ns = next;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn direct_route_needs_root_or_the_same_user() {
+        let status = "Name:\tleech\nUid:\t65534\t65534\t65534\t65534\n";
+        assert!(super::direct_route_check(0, 0, 7, status).is_ok());
+        assert!(super::direct_route_check(65534, 65534, 7, status).is_ok());
+        let e = super::direct_route_check(998, 998, 7, status)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("pid 7") && e.contains("route = \"agent\""),
+            "{e}"
+        );
+        // The saved uid counts too (a setuid program that switched users).
+        let setuid = "Uid:\t1000\t1000\t998\t1000\n";
+        assert!(super::direct_route_check(998, 998, 7, setuid).is_ok());
     }
 }
