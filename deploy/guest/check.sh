@@ -67,16 +67,17 @@ fi
 # --- hwqos-sra: kill -9 while it throttles a process ------------------------
 # A victim owned by another user faults as fast as it can; the contract gives
 # it 20 page faults per 10 ms (2,000/s), so while the agent runs its fault rate
-# is held near that (the unit's agent route lets a period overshoot: at most
-# twice the quota is accepted, against tens of thousands per second free). After `kill -9` of the agent's main process its
+# is held near that. The unit's agent route lets periods overshoot (1.3-2.3x
+# the quota in the emulated guest), so "held" means at most 3x the quota and
+# "free" at least 10x: unthrottled the victim makes 68,000-80,000 faults/s. After `kill -9` of the agent's main process its
 # guardian must SIGCONT the victim: its rate rises above the quota at once.
 # The same after `systemctl stop` (ExecStopPost thaw). Rates come from the
 # kernel's count of the victim's minor faults (/proc/PID/stat field 10).
 minflt() { awk '{ sub(/^.*\) /, ""); print $8 }' "/proc/$1/stat" 2>/dev/null; }
 # Minor faults per second of PID over 1 s.
 fault_rate() { local a b; a=$(minflt "$1"); sleep 1; b=$(minflt "$1"); echo $((b - a)); }
-held_to_quota() { local r; r=$(fault_rate "$1"); echo "guest: victim faults/s under the agent: $r (quota 2000/s)"; [ "$r" -le 4000 ]; }
-above_quota() { local r; r=$(fault_rate "$1"); echo "guest: victim faults/s: $r (quota 2000/s)"; [ "$r" -gt 8000 ]; }
+held_to_quota() { local r; r=$(fault_rate "$1"); echo "guest: victim faults/s under the agent: $r (quota 2000/s)"; [ "$r" -le 6000 ]; }
+above_quota() { local r; r=$(fault_rate "$1"); echo "guest: victim faults/s: $r (quota 2000/s)"; [ "$r" -gt 20000 ]; }
 sra_main() { systemctl show -p MainPID --value hwqos-sra.service; }
 if systemctl cat hwqos-loadgen.service >/dev/null 2>&1; then
   check "hwqos-loadgen is not enabled by the package" bash -c '! systemctl is-enabled --quiet hwqos-loadgen.service'
