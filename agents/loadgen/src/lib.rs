@@ -256,7 +256,8 @@ impl Bars {
     }
 }
 
-fn parse_target(s: &str) -> Result<Target, String> {
+/// Splits `METRIC@CPU=VALUE` into the metric, the CPU and the value text.
+fn parse_pair(s: &str) -> Result<(LoadMetric, u32, &str), String> {
     let (lhs, value) = s
         .split_once('=')
         .ok_or_else(|| format!("`{s}`: expected METRIC@CPU=VALUE"))?;
@@ -265,6 +266,11 @@ fn parse_target(s: &str) -> Result<Target, String> {
         .ok_or_else(|| format!("`{s}`: expected METRIC@CPU=VALUE"))?;
     let metric: LoadMetric = metric.parse()?;
     let cpu: u32 = cpu.parse().map_err(|_| format!("`{s}`: bad CPU `{cpu}`"))?;
+    Ok((metric, cpu, value))
+}
+
+fn parse_target(s: &str) -> Result<Target, String> {
+    let (metric, cpu, value) = parse_pair(s)?;
     let mean: f64 = value
         .parse()
         .map_err(|_| format!("`{s}`: bad value `{value}`"))?;
@@ -280,14 +286,7 @@ fn parse_target(s: &str) -> Result<Target, String> {
 
 /// `METRIC@CPU=VALUE` as a knob setting (value in the generator's knob unit).
 fn parse_knob(s: &str) -> Result<((LoadMetric, u32), f64), String> {
-    let (lhs, value) = s
-        .split_once('=')
-        .ok_or_else(|| format!("`{s}`: expected METRIC@CPU=VALUE"))?;
-    let (metric, cpu) = lhs
-        .split_once('@')
-        .ok_or_else(|| format!("`{s}`: expected METRIC@CPU=VALUE"))?;
-    let metric: LoadMetric = metric.parse()?;
-    let cpu: u32 = cpu.parse().map_err(|_| format!("`{s}`: bad CPU `{cpu}`"))?;
+    let (metric, cpu, value) = parse_pair(s)?;
     let v: f64 = value
         .parse()
         .ok()

@@ -130,6 +130,26 @@ pub struct QuotaStats {
     pub events: Vec<EventStats>,
 }
 
+impl QuotaStats {
+    /// Zero statistics of `pid` with one entry (name and quota) per event of
+    /// `quotas`.
+    pub fn new(pid: u32, quotas: &QuotaSet) -> QuotaStats {
+        QuotaStats {
+            pid,
+            events: quotas
+                .events
+                .iter()
+                .map(|e| EventStats {
+                    name: e.name.clone(),
+                    quota: e.quota,
+                    ..EventStats::default()
+                })
+                .collect(),
+            ..QuotaStats::default()
+        }
+    }
+}
+
 /// A quota enforcement mechanism. Implementations must leave no process
 /// throttled after [`QuotaBackend::release`] or [`QuotaBackend::release_all`],
 /// and must treat a vanished process as released (never a panic).

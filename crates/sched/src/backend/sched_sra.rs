@@ -9,7 +9,7 @@
 //! reports in the same file. New threads start as `SCHED_NORMAL` and are added
 //! by [`QuotaBackend::refresh_threads`].
 
-use super::{EventStats, QuotaBackend, QuotaSet, QuotaStats};
+use super::{QuotaBackend, QuotaSet, QuotaStats};
 use crate::SchedError;
 use std::collections::{BTreeMap, BTreeSet};
 use std::io;
@@ -256,20 +256,7 @@ impl QuotaBackend for SchedSraBackend {
 
     fn stats(&self, pid: u32) -> Option<QuotaStats> {
         let t = self.tasks.get(&pid)?;
-        let mut s = QuotaStats {
-            pid,
-            events: t
-                .quotas
-                .events
-                .iter()
-                .map(|e| EventStats {
-                    name: e.name.clone(),
-                    quota: e.quota,
-                    ..EventStats::default()
-                })
-                .collect(),
-            ..QuotaStats::default()
-        };
+        let mut s = QuotaStats::new(pid, &t.quotas);
         let num = |m: &BTreeMap<String, Vec<String>>, k: &str| -> u64 {
             m.get(k)
                 .and_then(|v| v.first())

@@ -32,7 +32,7 @@
 //! throttling anything the backend registers it with the crash guardian
 //! ([`crate::guardian`]), so no process stays stopped if the agent dies.
 
-use super::{EventQuota, EventStats, PeriodUsage, QuotaBackend, QuotaSet, QuotaStats};
+use super::{EventQuota, PeriodUsage, QuotaBackend, QuotaSet, QuotaStats};
 use crate::guardian::GuardianClient;
 use crate::SchedError;
 use hwqos_core::ticker::{sleep_until, LatencyHistogram, SlackEstimator};
@@ -306,19 +306,7 @@ impl QuotaBackend for UserspaceBackend {
             throttled_this_period: false,
             cgroup,
             original_cgroup,
-            stats: QuotaStats {
-                pid,
-                events: quotas
-                    .events
-                    .iter()
-                    .map(|e| EventStats {
-                        name: e.name.clone(),
-                        quota: e.quota,
-                        ..EventStats::default()
-                    })
-                    .collect(),
-                ..QuotaStats::default()
-            },
+            stats: QuotaStats::new(pid, quotas),
             history: VecDeque::new(),
         };
         let owner = self.shared.overflow_tid.load(Ordering::SeqCst);
