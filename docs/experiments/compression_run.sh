@@ -205,7 +205,8 @@ done
 fi
 
 # 7.4.4: CPU burner, in a cgroup limited to one CPU (cpu.cfs_quota_us =
-# cfs_period_us, cpu.shares raised so that the other jobs on the VM do not
+# cfs_period_us = 10 ms, so that quota throttling averages out within one
+# 100 ms reading of the throttle; cpu.shares raised so that the other jobs on the VM do not
 # take its CPU) holding client, server and burner; the throttle's input is
 # the cgroup's CPU use against its limit (cpu_aggregate = cgroup), target
 # 0.8. Messages (batches of Dp, >= 4 KiB) paced at one per 500 us on
@@ -218,11 +219,11 @@ mkdir -p "$out/compression_burner"
 dirs=$(cg_dirs)
 for d in $dirs; do mkdir -p "$d"; done
 if [ -d /sys/fs/cgroup/cpu/$CG ]; then
-    echo 100000 > /sys/fs/cgroup/cpu/$CG/cpu.cfs_period_us
-    echo 100000 > /sys/fs/cgroup/cpu/$CG/cpu.cfs_quota_us
+    echo 10000 > /sys/fs/cgroup/cpu/$CG/cpu.cfs_period_us
+    echo 10000 > /sys/fs/cgroup/cpu/$CG/cpu.cfs_quota_us
     echo 262144 > /sys/fs/cgroup/cpu/$CG/cpu.shares
 else
-    echo "100000 100000" > /sys/fs/cgroup/$CG/cpu.max
+    echo "10000 10000" > /sys/fs/cgroup/$CG/cpu.max
     echo 10000 > /sys/fs/cgroup/$CG/cpu.weight
 fi
 join_cg() { for d in $dirs; do echo "$1" > "$d/cgroup.procs"; done; }

@@ -293,7 +293,7 @@ fn client(args: &[String]) {
     let mut later = change_to.map(|d| MessageSource::new(d, size, 11));
     let mut csv = arg(args, "--csv").map(|p| {
         let mut f = std::io::BufWriter::new(std::fs::File::create(p).expect("csv"));
-        writeln!(f, "i,rtt_ns,codec,chosen,cpu_util,cpu_share,bytes").unwrap();
+        writeln!(f, "i,t_ms,rtt_ns,codec,chosen,cpu_util,cpu_share,bytes").unwrap();
         f
     });
     let mut rtts = Vec::with_capacity(n);
@@ -387,7 +387,8 @@ fn client(args: &[String]) {
             let st = ep.stats();
             writeln!(
                 f,
-                "{i},{rtt},{},{},{},{},{}",
+                "{i},{:.1},{rtt},{},{},{},{},{}",
+                started.elapsed().as_secs_f64() * 1e3,
                 reg.name_of(ep.last_codec()),
                 st.chosen,
                 st.cpu_utilization

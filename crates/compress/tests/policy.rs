@@ -703,3 +703,42 @@ fn padded_probes_thin_out_once_the_link_estimate_is_steady() {
     assert_eq!(a.stats().padded_probes, 0);
     assert!(a.stats().rtt_ns.is_some());
 }
+
+#[test]
+fn adaptive_sends_a_cheap_codec_with_a_good_sampled_ratio_until_the_link_is_measured() {
+    let reg = Registry::standard();
+    // Only lz4 has been sampled (the first codec sampled while the link is
+    // unmeasured), no link estimate yet.
+    let learner = |out: usize, link: Option<f64>| {
+        let mut l = Learner::new(1.0, link);
+        l.observe_compression(CodecId::LZ4, 1000, out, 1000);
+        l.observe_local_decompression(CodecId::LZ4, 1000, 250);
+        l.observe_message_size(1000);
+        l.end_round(None);
+        l
+    };
+    let mut s = Selector::new(PolicyKind::Adaptive, reg.ids(), &reg, 1);
+    s.start_round(&learner(200, None), false);
+    assert_eq!(s.pick(), CodecId::LZ4, "ratio 0.2 on an unknown link");
+
+    // Incompressible content: nothing to gain, keep sending uncompressed.
+    let mut s = Selector::new(PolicyKind::Adaptive, reg.ids(), &reg, 1);
+    s.start_round(&learner(1010, None), false);
+    assert_eq!(s.pick(), CodecId::NONE, "ratio 1.01 on an unknown link");
+    let mut s = Selector::new(PolicyKind::Adaptive, reg.ids(), &reg, 1);
+    s.start_round(&learner(501, None), false);
+    assert_eq!(s.pick(), CodecId::NONE, "ratio just above the bound");
+
+    // Once the link is measured the prediction decides: on a link where
+    // sending is nearly free (loopback), `none` wins again.
+    let mut s = Selector::new(PolicyKind::Adaptive, reg.ids(), &reg, 1);
+    s.start_round(&learner(200, None), false);
+    assert_eq!(s.pick(), CodecId::LZ4);
+    s.start_round(&learner(200, Some(0.01)), false);
+    assert_eq!(s.pick(), CodecId::NONE, "loopback: compression cannot pay");
+    // On a slow link lz4 stays.
+    let mut s = Selector::new(PolicyKind::Adaptive, reg.ids(), &reg, 1);
+    s.start_round(&learner(200, None), false);
+    s.start_round(&learner(200, Some(800.0)), false);
+    assert_eq!(s.pick(), CodecId::LZ4, "10 Mbit/s: lz4 saves 0.6 ms");
+}
