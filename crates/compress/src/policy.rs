@@ -181,6 +181,10 @@ pub struct Selector {
     hopeless: bool,
     /// Exploration back-off factor (1 = no back-off).
     backoff: u32,
+    /// The link has been measured at least once: after that, a gap in the
+    /// link estimate (a link change) keeps the current choice instead of
+    /// the optimistic start.
+    link_known_once: bool,
 }
 
 /// Largest back-off of a confident choice: candidates are still sampled
@@ -223,6 +227,7 @@ impl Selector {
             burst: true,
             hopeless: false,
             backoff: 1,
+            link_known_once: false,
             hints: BTreeMap::new(),
             credit_ns_per_byte: 0.0,
         };
@@ -336,6 +341,7 @@ impl Selector {
                 // below once the link is measured.
                 let mut cannot_win = false;
                 if let Some((best, t_best)) = best {
+                    self.link_known_once = true;
                     let t_chosen = learner.predict(self.chosen, size);
                     let switch = match t_chosen {
                         None => true,
@@ -383,7 +389,7 @@ impl Selector {
                     cannot_win = self.chosen == CodecId::NONE && !any_viable;
                 } else {
                     self.credit_ns_per_byte = 0.0;
-                    if self.chosen == CodecId::NONE {
+                    if !self.link_known_once {
                         self.chosen = self.optimistic_start(learner);
                     }
                 }
@@ -428,9 +434,8 @@ impl Selector {
         }
     }
 
-    /// While the link is not measured yet (the first messages of a stream,
-    /// or after a link change with nothing chosen), the codec to send with
-    /// meanwhile: a sampled codec whose ratio is at most
+    /// Until the link is measured for the first time, the codec to send
+    /// with meanwhile: a sampled codec whose ratio is at most
     /// [`OPTIMISTIC_RATIO`], the cheapest of them, else `none`. Sending it
     /// costs at most its measured compression and decompression time,
     /// microseconds per message; what it saves on a link not measured yet

@@ -342,8 +342,8 @@ impl Default for ThrottleConfig {
     fn default() -> Self {
         ThrottleConfig {
             target: 0.8,
-            kp: 0.2,
-            ki: 0.8,
+            kp: 0.1,
+            ki: 0.4,
             kd: 0.0,
             max_share: 1.0,
             integral_limit: 1.0,
@@ -396,6 +396,9 @@ impl Throttle {
     /// round that ended took `round_wall_ns` and compression used
     /// `round_used_ns` of it.
     ///
+    /// At or above [`Throttle::overload_threshold`] the share drops to 0
+    /// and the integral is cleared.
+    ///
     /// Anti-windup: the integral is bounded by what compression actually used
     /// since the last reading (1.5 × that share + 0.05 of a CPU, at most
     /// `integral_limit`). While compression cannot use its whole share (the
@@ -414,6 +417,13 @@ impl Throttle {
                 (1.5 * used + 0.05).min(self.config.integral_limit) * self.config.max_share;
             let out = self.pid.next_control_output(u).output;
             self.share = out.clamp(0.0, self.config.max_share);
+            if u >= self.overload_threshold() {
+                // Overload (thesis 7.2.6): stop compressing at once rather
+                // than at the gentle rate that keeps the loop steady near
+                // the target, and ramp up again from nothing.
+                self.pid.reset_integral_term();
+                self.share = 0.0;
+            }
         }
         (self.share * round_wall_ns as f64) as u64
     }
@@ -423,6 +433,12 @@ impl Throttle {
     pub fn round_budget_ns(&mut self, round_wall_ns: u64) -> u64 {
         let used = (self.share * round_wall_ns as f64) as u64;
         self.round_budget(round_wall_ns, used)
+    }
+
+    /// Utilization at which compression stops at once: three quarters of
+    /// the way from the target to a saturated CPU (0.95 for a target of 0.8).
+    pub fn overload_threshold(&self) -> f64 {
+        self.config.target + 0.75 * (1.0 - self.config.target)
     }
 
     /// Current share of one CPU granted to compression.
