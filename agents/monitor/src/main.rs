@@ -7,7 +7,6 @@ use clap::Parser;
 use hwqos_monitor::cli::Cli;
 use hwqos_monitor::service::{self, Engine, MonitorError, RunOptions, SystemdNotifier};
 use hwqos_monitor::{Config, ConfigError};
-use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -15,14 +14,7 @@ use std::sync::Arc;
 const DEFAULT_CONFIG: &str = "/etc/hwqos/monitor.toml";
 
 fn main() -> ExitCode {
-    tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::stderr().is_terminal())
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .init();
+    hwqos_agent::init_logging();
     let cli = Cli::parse();
     if let Err(e) = hwqos_pmu::backend::perf::raise_open_file_limit() {
         tracing::warn!("cannot raise the open-file limit (every counter is a file): {e}");

@@ -36,7 +36,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
 
 /// The content type of the exposition.
-pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+pub use hwqos_agent::OPENMETRICS_CONTENT_TYPE as CONTENT_TYPE;
 
 /// One exposed series' latest value.
 #[derive(Clone, Debug, PartialEq)]

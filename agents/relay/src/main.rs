@@ -5,19 +5,11 @@
 use clap::Parser;
 use hwqos_relay::cli::Cli;
 use hwqos_relay::{Config, ConfigError};
-use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
-    tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::stderr().is_terminal())
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .init();
+    hwqos_agent::init_logging();
     let cli = Cli::parse();
     let config = match Config::load(&cli.config) {
         Ok(c) => c,

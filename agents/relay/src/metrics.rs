@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
 /// The content type of the exposition.
-pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+pub use hwqos_agent::OPENMETRICS_CONTENT_TYPE as CONTENT_TYPE;
 
 /// Counters shared by the accept loop, the connections and the endpoint.
 #[derive(Default)]

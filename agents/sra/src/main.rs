@@ -10,7 +10,6 @@ use hwqos_sra::cli::{
     AnalyseArgs, Cli, Command, DecideArgs, EnforceArgs, FindLimitArgs, LeechArgs,
 };
 use hwqos_sra::config::Config;
-use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -48,14 +47,7 @@ fn main() -> ExitCode {
         }
         return ExitCode::SUCCESS;
     }
-    tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::stderr().is_terminal())
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .init();
+    hwqos_agent::init_logging();
     let result = match cli.command {
         Command::Run {
             config,

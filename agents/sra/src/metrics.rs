@@ -5,7 +5,7 @@
 use crate::agent::Snapshot;
 use std::fmt::Write as _;
 
-pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+pub use hwqos_agent::OPENMETRICS_CONTENT_TYPE as CONTENT_TYPE;
 
 fn family(out: &mut String, name: &str, help: &str, unit: Option<&str>) {
     let _ = writeln!(out, "# TYPE {name} gauge");
@@ -209,28 +209,10 @@ pub fn render(s: &Snapshot) -> String {
 pub async fn serve(
     listener: tokio::net::TcpListener,
     snapshot: crate::agent::SharedSnapshot,
-    mut stop: tokio::sync::watch::Receiver<bool>,
+    stop: tokio::sync::watch::Receiver<bool>,
 ) {
-    use axum::http::header;
-    use axum::routing::get;
-    let app = axum::Router::new().route(
-        "/metrics",
-        get(move || {
-            let s = snapshot.clone();
-            async move {
-                let body = render(&s.lock().unwrap_or_else(|p| p.into_inner()));
-                ([(header::CONTENT_TYPE, CONTENT_TYPE)], body)
-            }
-        }),
-    );
-    let r = axum::serve(listener, app)
-        .with_graceful_shutdown(async move {
-            let _ = stop.changed().await;
-        })
-        .await;
-    if let Err(e) = r {
-        tracing::error!("/metrics server failed: {e}");
-    }
+    let exposition = move || render(&snapshot.lock().unwrap_or_else(|p| p.into_inner()));
+    hwqos_agent::serve_metrics(listener, std::sync::Arc::new(exposition), stop).await;
 }
 
 #[cfg(test)]
