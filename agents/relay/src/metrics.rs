@@ -212,8 +212,8 @@ impl RelayStats {
                 (!v.is_empty()).then(|| v.iter().sum())
             }),
             ("hwqos_relay_compression_spent_seconds", "Compression and decompression time spent in the current round (sum over open connections).", (!live.is_empty()).then(|| live.iter().map(|s| s.spent_ns as f64 * 1e-9).sum())),
-            ("hwqos_relay_throttle_cpu_share_ratio", "Share of one CPU the throttle grants compression (mean over open connections).", mean(&|s| s.cpu_share)),
-            ("hwqos_relay_cpu_utilization_ratio", "CPU utilization the throttle last read from /proc/stat.", mean(&|s| s.cpu_utilization)),
+            ("hwqos_relay_throttle_cpu_share_ratio", "Share of one CPU the relay's throttle grants compression (one throttle shared by all connections).", mean(&|s| s.cpu_share)),
+            ("hwqos_relay_cpu_utilization_ratio", "CPU utilization the throttle last read (/proc/stat or the cgroup, per cpu_aggregate).", mean(&|s| s.cpu_utilization)),
         ];
         for (name, help, v) in gauges {
             family(&mut o, name, help);

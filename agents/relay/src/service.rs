@@ -5,7 +5,7 @@
 use crate::config::{Config, Mode};
 use crate::metrics::{Labels, RelayStats, CONTENT_TYPE};
 use anyhow::Context;
-use hwqos_compress::{AsyncMessageStream, Registry, WireError};
+use hwqos_compress::{AsyncMessageStream, Registry, SharedThrottle, WireError};
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, RwLock};
@@ -19,6 +19,9 @@ struct Shared {
     config: RwLock<Config>,
     registry: Arc<Registry>,
     stats: RelayStats,
+    /// One compression throttle for all connections (`None`: off), so that
+    /// many connections do not each react to the same CPU load.
+    throttle: RwLock<Option<SharedThrottle>>,
 }
 
 impl Shared {
@@ -67,6 +70,7 @@ pub async fn start(config: Config) -> anyhow::Result<Running> {
         config: RwLock::new(config.clone()),
         registry,
         stats: RelayStats::default(),
+        throttle: RwLock::new(config.stream_config().throttle.map(SharedThrottle::new)),
     });
     let (metrics_addr, metrics_task) = if config.metrics.listen.is_empty() {
         (None, None)
@@ -109,10 +113,26 @@ impl Running {
         cur.policy = new.policy.clone();
         cur.cpu_target = new.cpu_target;
         drop(cur);
+        let throttle = {
+            let mut t = self
+                .shared
+                .throttle
+                .write()
+                .unwrap_or_else(|e| e.into_inner());
+            match (new.stream_config().throttle, t.as_ref()) {
+                // Same controller, new target: the integral is kept.
+                (Some(_), Some(existing)) => existing.set_target(new.cpu_target),
+                (config, _) => *t = config.map(SharedThrottle::new),
+            }
+            t.clone()
+        };
         for h in self.shared.stats.live() {
             h.with(|ep| {
                 ep.set_policy(new.policy.clone());
-                ep.set_cpu_target(new.cpu_target);
+                ep.set_shared_throttle(throttle.clone());
+                if throttle.is_none() {
+                    ep.set_throttle(None);
+                }
             });
         }
         self.shared.stats.reloads.fetch_add(1, Ordering::Relaxed);
@@ -215,6 +235,15 @@ async fn connection(accepted: TcpStream, shared: Arc<Shared>, cfg: Config) -> an
         AsyncMessageStream::handshake(lr, lw, cfg.stream_config(), shared.registry.clone())
             .await
             .context("handshake with the peer relay")?;
+    let throttle = shared
+        .throttle
+        .read()
+        .unwrap_or_else(|e| e.into_inner())
+        .clone();
+    stream.handle().with(|ep| match throttle {
+        Some(t) => ep.set_shared_throttle(Some(t)),
+        None => ep.set_throttle(None),
+    });
     let id = shared.stats.add(stream.handle());
     let result = pump(plain, stream, cfg.chunk_bytes as usize).await;
     shared.stats.remove(id);

@@ -9,7 +9,7 @@
 use crate::codec::{Codec, CodecId, Registry};
 use crate::learn::Learner;
 use crate::policy::{AdaptiveTuning, PolicyKind, Selector};
-use crate::throttle::{CpuLoad, Throttle, ThrottleConfig};
+use crate::throttle::{CpuLoad, SharedThrottle, Throttle, ThrottleConfig};
 use crate::wire::{
     write_control, DecompressReport, FrameKind, Header, Hello, Limits, Probe, ProbeReply, RawFrame,
     WireError, DEFAULT_MAX_MESSAGE, FLAG_CHECKSUM,
@@ -273,6 +273,8 @@ pub struct Endpoint {
     learner: Learner,
     selector: Selector,
     throttle: Option<Throttle>,
+    /// The process's throttle, when streams share one (replaces `throttle`).
+    shared_throttle: Option<SharedThrottle>,
     round_index: u64,
     sent_in_round: u32,
     round_started: Instant,
@@ -339,6 +341,7 @@ impl Endpoint {
             learner: Learner::new(config.alpha, config.link_ns_per_byte),
             budget_ns: throttle.as_ref().map(|_| 0),
             throttle,
+            shared_throttle: None,
             selector,
             registry,
             peer: None,
@@ -464,6 +467,25 @@ impl Endpoint {
         self.budget_ns = self.throttle.as_ref().map(|_| 0);
     }
 
+    /// Draws compression time from `shared`, the process's one throttle,
+    /// instead of this stream's own (`None`: back to the configured own
+    /// throttle, starting from a zero budget).
+    pub fn set_shared_throttle(&mut self, shared: Option<SharedThrottle>) {
+        match shared {
+            Some(t) => {
+                self.config.throttle = Some(t.config());
+                self.throttle = None;
+                self.budget_ns = None;
+                self.shared_throttle = Some(t);
+            }
+            None => {
+                self.shared_throttle = None;
+                let own = self.config.throttle;
+                self.set_throttle(own);
+            }
+        }
+    }
+
     /// Changes the round length (from the next round).
     pub fn set_round_messages(&mut self, n: u32) {
         self.config.round_messages = n.max(1);
@@ -472,6 +494,9 @@ impl Endpoint {
     /// Changes the throttle's CPU target.
     pub fn set_cpu_target(&mut self, target: f64) {
         if let Some(t) = &mut self.throttle {
+            t.set_target(target);
+        }
+        if let Some(t) = &self.shared_throttle {
             t.set_target(target);
         }
         if let Some(t) = &mut self.config.throttle {
@@ -513,7 +538,7 @@ impl Endpoint {
         // not against the sampling credit (a 100 µs zstd context set-up
         // would otherwise stall exploration for hundreds of messages).
         let cost = r.compress_ns + r.decompress_ns;
-        self.spent_ns += cost + r.warm_up_ns;
+        self.charge(cost + r.warm_up_ns);
         self.sample_ns += cost;
         self.stats.warm_up_ns += r.warm_up_ns;
         self.stats.max_sample_ns = self.stats.max_sample_ns.max(cost);
@@ -538,7 +563,19 @@ impl Endpoint {
     }
 
     fn budget_left(&self) -> bool {
-        self.budget_ns.is_none_or(|b| self.spent_ns < b)
+        match &self.shared_throttle {
+            Some(shared) => shared.has_budget(),
+            None => self.budget_ns.is_none_or(|b| self.spent_ns < b),
+        }
+    }
+
+    /// Charges compression time (sending, samples, warm-ups, decompression)
+    /// to this round's budget and to the shared throttle, if any.
+    fn charge(&mut self, ns: u64) {
+        self.spent_ns += ns;
+        if let Some(shared) = &self.shared_throttle {
+            shared.charge(ns);
+        }
     }
 
     /// Frames `msg` (and, when due, a probe before it) into `out`; returns
@@ -585,7 +622,7 @@ impl Endpoint {
             let t0 = Instant::now();
             let ok = codec.compress(msg, &mut self.scratch).is_ok();
             let ns = t0.elapsed().as_nanos() as u64;
-            self.spent_ns += ns;
+            self.charge(ns);
             if ok {
                 self.learner
                     .observe_compression(codec_id, msg.len(), self.scratch.len(), ns);
@@ -792,7 +829,7 @@ impl Endpoint {
                     r.messages = r.messages.saturating_add(1);
                     r.bytes += out.len() as u64;
                     r.nanos += ns;
-                    self.spent_ns += ns;
+                    self.charge(ns);
                 }
                 self.stats.messages_received += 1;
                 self.stats.app_bytes_received += out.len() as u64;
@@ -879,8 +916,16 @@ impl Endpoint {
         s.link_ns_per_byte = self.learner.net.link_ns_per_byte();
         s.budget_ns = self.budget_ns;
         s.spent_ns = self.spent_ns;
-        s.cpu_share = self.throttle.as_ref().map(|t| t.share());
-        s.cpu_utilization = self.throttle.as_ref().and_then(|t| t.last_utilization());
+        match &self.shared_throttle {
+            Some(t) => {
+                s.cpu_share = Some(t.share());
+                s.cpu_utilization = t.last_utilization();
+            }
+            None => {
+                s.cpu_share = self.throttle.as_ref().map(|t| t.share());
+                s.cpu_utilization = self.throttle.as_ref().and_then(|t| t.last_utilization());
+            }
+        }
         s.chosen = self.registry.name_of(self.selector.chosen()).to_string();
         s.round = self.round_index;
         s

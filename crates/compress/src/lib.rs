@@ -38,5 +38,7 @@ pub use codec::{Codec, CodecError, CodecId, Registry};
 pub use endpoint::{Endpoint, Sampling, StreamConfig, StreamStats};
 pub use policy::PolicyKind;
 pub use stream::MessageStream;
-pub use throttle::{CgroupLoad, CpuAggregate, CpuLoad, ProcStatLoad, ScriptedLoad, ThrottleConfig};
+pub use throttle::{
+    CgroupLoad, CpuAggregate, CpuLoad, ProcStatLoad, ScriptedLoad, SharedThrottle, ThrottleConfig,
+};
 pub use wire::{FrameDecoder, Limits, WireError};

@@ -450,3 +450,115 @@ impl Throttle {
         self.last_util
     }
 }
+
+/// Longest stretch of unused budget a [`SharedThrottle`] keeps: compression
+/// may catch up at most this much wall time's worth of its share.
+const SHARED_BURST: Duration = Duration::from_millis(100);
+
+/// One throttle for every stream of a process (the relay's connections).
+///
+/// Each stream with its own [`Throttle`] reads the same CPU utilization and
+/// reacts to it on its own: with N streams compressing, a change of
+/// utilization moves N shares at once, so the loop gain grows with the
+/// number of streams and the node oscillates (two streams in one cgroup
+/// were enough with the first gains). A shared throttle runs one controller
+/// for the process: its share of one CPU is a bucket of compression time
+/// that fills at that share of the wall time (at most
+/// [`SHARED_BURST`]'s worth is kept) and that every stream draws from.
+#[derive(Clone)]
+pub struct SharedThrottle {
+    inner: std::sync::Arc<std::sync::Mutex<SharedState>>,
+}
+
+struct SharedState {
+    throttle: Throttle,
+    last_refill: Instant,
+    /// Compression time charged since the last refill.
+    charged_ns: u64,
+    /// Compression time left (negative after an expensive message).
+    tokens_ns: i64,
+}
+
+impl SharedThrottle {
+    /// A shared throttle reading the source `config.cpu_aggregate` names.
+    pub fn new(config: ThrottleConfig) -> Self {
+        SharedThrottle::with_cpu_load(config, config.cpu_aggregate.source())
+    }
+
+    /// The same with another CPU-load source (simulations, tests).
+    pub fn with_cpu_load(config: ThrottleConfig, load: Box<dyn CpuLoad>) -> Self {
+        SharedThrottle {
+            inner: std::sync::Arc::new(std::sync::Mutex::new(SharedState {
+                throttle: Throttle::new(config, load),
+                last_refill: Instant::now(),
+                charged_ns: 0,
+                tokens_ns: 0,
+            })),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, SharedState> {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// True while compression time is left; refills the bucket (and updates
+    /// the controller when a fresh utilization reading is due) first.
+    pub fn has_budget(&self) -> bool {
+        self.has_budget_at(Instant::now())
+    }
+
+    /// [`SharedThrottle::has_budget`] at a given instant (simulations and
+    /// tests drive the clock themselves).
+    pub fn has_budget_at(&self, now: Instant) -> bool {
+        let mut s = self.lock();
+        s.refill(now);
+        s.tokens_ns > 0
+    }
+
+    /// Charges compression time spent by one of the streams.
+    pub fn charge(&self, ns: u64) {
+        let mut s = self.lock();
+        s.charged_ns += ns;
+        s.tokens_ns = s
+            .tokens_ns
+            .saturating_sub(i64::try_from(ns).unwrap_or(i64::MAX));
+    }
+
+    /// Changes the target utilization (keeps the integral).
+    pub fn set_target(&self, target: f64) {
+        self.lock().throttle.set_target(target);
+    }
+
+    /// The controller's configuration.
+    pub fn config(&self) -> ThrottleConfig {
+        self.lock().throttle.config()
+    }
+
+    /// Current share of one CPU granted to the process's compression.
+    pub fn share(&self) -> f64 {
+        self.lock().throttle.share()
+    }
+
+    pub fn last_utilization(&self) -> Option<f64> {
+        self.lock().throttle.last_utilization()
+    }
+}
+
+impl SharedState {
+    fn refill(&mut self, now: Instant) {
+        let wall = now.saturating_duration_since(self.last_refill);
+        // Refilling per message would only add lock traffic.
+        if wall < Duration::from_millis(1) {
+            return;
+        }
+        let wall_ns = wall.as_nanos() as u64;
+        let used = std::mem::take(&mut self.charged_ns);
+        let budget = self.throttle.round_budget(wall_ns, used);
+        let cap = (self.throttle.share() * SHARED_BURST.as_nanos() as f64) as i64;
+        self.tokens_ns = self
+            .tokens_ns
+            .saturating_add(i64::try_from(budget).unwrap_or(i64::MAX))
+            .min(cap);
+        self.last_refill = now;
+    }
+}

@@ -803,3 +803,62 @@ fn the_throttle_settles_without_oscillating_when_a_share_moves_utilization_twice
     // Overload (at or above 0.95): compression stops with the next reading.
     assert!((t.overload_threshold() - 0.95).abs() < 1e-9);
 }
+
+/// A node whose utilization is a background plus twice the compression
+/// time the streams drew in the last interval, as a share of it.
+struct DrawnNode {
+    utilization: Arc<std::sync::Mutex<f64>>,
+}
+
+impl CpuLoad for DrawnNode {
+    fn utilization(&mut self) -> Option<f64> {
+        Some(*self.utilization.lock().unwrap())
+    }
+}
+
+#[test]
+fn streams_sharing_a_throttle_draw_one_share_and_hold_the_target() {
+    use hwqos_compress::SharedThrottle;
+    use std::time::Instant;
+    let utilization = Arc::new(std::sync::Mutex::new(0.4));
+    let shared = SharedThrottle::with_cpu_load(
+        ThrottleConfig::default(),
+        Box::new(DrawnNode {
+            utilization: utilization.clone(),
+        }),
+    );
+    let streams: Vec<SharedThrottle> = (0..8).map(|_| shared.clone()).collect();
+    let t0 = Instant::now();
+    let interval = Duration::from_millis(10);
+    // No budget before the controller has read the load once.
+    assert!(!shared.has_budget_at(t0));
+    let mut readings = Vec::new();
+    for step in 1..=60u32 {
+        let now = t0 + interval * step;
+        // Every stream compresses 100 µs messages while the bucket has time
+        // left; the first poll of the step refills it (one reading).
+        let mut drawn_ns = 0u64;
+        for s in &streams {
+            while s.has_budget_at(now) {
+                s.charge(100_000);
+                drawn_ns += 100_000;
+            }
+        }
+        // Eight greedy streams together draw the one share (plus at most one
+        // message's overshoot), not eight shares.
+        let allowed = shared.share() * interval.as_nanos() as f64;
+        assert!(
+            drawn_ns as f64 <= allowed + 100_000.0,
+            "step {step}: drew {drawn_ns} ns with a share of {}",
+            shared.share()
+        );
+        let u = 0.4 + 2.0 * drawn_ns as f64 / interval.as_nanos() as f64;
+        *utilization.lock().unwrap() = u.min(1.0);
+        readings.push(u);
+    }
+    let tail = &readings[30..];
+    assert!(
+        tail.iter().all(|u| (u - 0.8).abs() <= 0.05),
+        "not held within 5 pp of 0.8: {tail:?}"
+    );
+}
