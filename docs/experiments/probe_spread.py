@@ -29,6 +29,9 @@ import sys
 # read for what it is.
 HOST_DEPENDENT = {
     "memlat.L3.size KiB": "the VM's share of the host's shared L3 (sysfs 32 MiB), used by other tenants",
+    "bandwidth.read GB/s": "the host's memory traffic: runs seconds apart differ by 12-24 %, a slow run's best pass too",
+    "bandwidth.write GB/s": "the host's memory traffic: runs seconds apart differ by 12-24 %, a slow run's best pass too",
+    "bandwidth.copy GB/s": "the host's memory traffic: runs seconds apart differ by 12-24 %, a slow run's best pass too",
     "timer.relative.median AE us": "host wake-up latency: 50 us timer slack + the host waking the vCPU",
     "timer.absolute.median AE us": "host wake-up latency: 50 us timer slack + the host waking the vCPU",
     "timer.hybrid.median AE us": "bimodal: the fixed 100 us spin tail lies inside the wake-up latency distribution",

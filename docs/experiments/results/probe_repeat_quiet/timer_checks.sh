@@ -14,6 +14,6 @@ for round in 1 2; do
     "$BIN" probe timer --timer-requests 25 --timer-max-ms "$ms" --json 2>/dev/null | python3 -c '
 import json, sys
 t = json.load(sys.stdin)["measured"]["timer"]
-print(", ".join(f"{s[\"strategy\"]} {s[\"ae_median_ns\"] / 1e3:.2f}" for s in t["strategies"]))'
+print(", ".join("%s %.2f" % (s["strategy"], s["ae_median_ns"] / 1e3) for s in t["strategies"]))'
   done
 done
