@@ -16,6 +16,7 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 
 pub use hwqos_agent::OPENMETRICS_CONTENT_TYPE as CONTENT_TYPE;
+use hwqos_agent::{escape_label as escape, gauge_family as family, number as num};
 
 /// One (metric, CPU) pair's state.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -87,31 +88,6 @@ impl Snapshot {
 }
 
 pub type SharedSnapshot = Arc<Mutex<Snapshot>>;
-
-fn family(out: &mut String, name: &str, help: &str, unit: Option<&str>) {
-    let _ = writeln!(out, "# TYPE {name} gauge");
-    if let Some(u) = unit {
-        let _ = writeln!(out, "# UNIT {name} {u}");
-    }
-    let _ = writeln!(out, "# HELP {name} {help}");
-}
-
-fn escape(v: &str) -> String {
-    v.replace('\\', "\\\\")
-        .replace('"', "\\\"")
-        .replace('\n', "\\n")
-}
-
-/// An OpenMetrics number (`NaN`/`+Inf` spelled as the format wants).
-fn num(v: f64) -> String {
-    if v.is_nan() {
-        "NaN".into()
-    } else if v.is_infinite() {
-        if v > 0.0 { "+Inf" } else { "-Inf" }.into()
-    } else {
-        format!("{v}")
-    }
-}
 
 /// Renders a snapshot.
 pub fn render(s: &Snapshot) -> String {

@@ -35,6 +35,8 @@ use hwqos_core::{Frame, MetricKind, MetricName, Scope, Unit};
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
 
+use hwqos_agent::{escape_help, escape_label, number as num};
+
 /// The content type of the exposition.
 pub use hwqos_agent::OPENMETRICS_CONTENT_TYPE as CONTENT_TYPE;
 
@@ -442,26 +444,6 @@ fn render_self(out: &mut String, me: &SelfMetrics) {
             wall as f64 / 1e9,
         );
     }
-}
-
-fn num(v: f64) -> String {
-    if v.is_nan() {
-        "NaN".into()
-    } else if v.is_infinite() {
-        if v > 0.0 { "+Inf" } else { "-Inf" }.into()
-    } else {
-        format!("{v}")
-    }
-}
-
-fn escape_label(v: &str) -> String {
-    v.replace('\\', "\\\\")
-        .replace('"', "\\\"")
-        .replace('\n', "\\n")
-}
-
-fn escape_help(v: &str) -> String {
-    v.replace('\\', "\\\\").replace('\n', "\\n")
 }
 
 #[cfg(test)]

@@ -6,20 +6,7 @@ use crate::agent::Snapshot;
 use std::fmt::Write as _;
 
 pub use hwqos_agent::OPENMETRICS_CONTENT_TYPE as CONTENT_TYPE;
-
-fn family(out: &mut String, name: &str, help: &str, unit: Option<&str>) {
-    let _ = writeln!(out, "# TYPE {name} gauge");
-    if let Some(u) = unit {
-        let _ = writeln!(out, "# UNIT {name} {u}");
-    }
-    let _ = writeln!(out, "# HELP {name} {help}");
-}
-
-fn escape(v: &str) -> String {
-    v.replace('\\', "\\\\")
-        .replace('"', "\\\"")
-        .replace('\n', "\\n")
-}
+use hwqos_agent::{escape_label as escape, gauge_family as family};
 
 /// Renders a snapshot.
 pub fn render(s: &Snapshot) -> String {

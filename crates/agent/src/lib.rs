@@ -22,6 +22,40 @@ pub fn init_logging() {
         .init();
 }
 
+/// Writes the `# TYPE` (gauge), `# UNIT` (when given) and `# HELP` lines
+/// that open a metric family.
+pub fn gauge_family(out: &mut String, name: &str, help: &str, unit: Option<&str>) {
+    use std::fmt::Write as _;
+    let _ = writeln!(out, "# TYPE {name} gauge");
+    if let Some(u) = unit {
+        let _ = writeln!(out, "# UNIT {name} {u}");
+    }
+    let _ = writeln!(out, "# HELP {name} {}", escape_help(help));
+}
+
+/// A label value as the exposition format quotes it.
+pub fn escape_label(v: &str) -> String {
+    v.replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
+/// HELP text as the exposition format wants it.
+pub fn escape_help(v: &str) -> String {
+    v.replace('\\', "\\\\").replace('\n', "\\n")
+}
+
+/// A sample value (`NaN` and `±Inf` spelled as the format wants).
+pub fn number(v: f64) -> String {
+    if v.is_nan() {
+        "NaN".into()
+    } else if v.is_infinite() {
+        if v > 0.0 { "+Inf" } else { "-Inf" }.into()
+    } else {
+        format!("{v}")
+    }
+}
+
 /// Renders the current exposition for a scrape.
 pub type RenderMetrics = Arc<dyn Fn() -> String + Send + Sync>;
 
@@ -55,6 +89,21 @@ pub async fn serve_metrics(
 mod tests {
     use super::*;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    #[test]
+    fn families_labels_and_numbers_are_written_as_openmetrics_wants() {
+        let mut out = String::new();
+        gauge_family(&mut out, "x_seconds", "a\\b\nc", Some("seconds"));
+        assert_eq!(
+            out,
+            "# TYPE x_seconds gauge\n# UNIT x_seconds seconds\n# HELP x_seconds a\\\\b\\nc\n"
+        );
+        assert_eq!(escape_label("a\"b\\c\nd"), "a\\\"b\\\\c\\nd");
+        assert_eq!(number(f64::NAN), "NaN");
+        assert_eq!(number(f64::INFINITY), "+Inf");
+        assert_eq!(number(f64::NEG_INFINITY), "-Inf");
+        assert_eq!(number(0.25), "0.25");
+    }
 
     #[tokio::test]
     async fn serves_the_rendered_exposition_and_stops_when_told() {
