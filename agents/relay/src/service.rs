@@ -129,10 +129,7 @@ impl Running {
         for h in self.shared.stats.live() {
             h.with(|ep| {
                 ep.set_policy(new.policy.clone());
-                ep.set_shared_throttle(throttle.clone());
-                if throttle.is_none() {
-                    ep.set_throttle(None);
-                }
+                attach_throttle(ep, throttle.clone());
             });
         }
         self.shared.stats.reloads.fetch_add(1, Ordering::Relaxed);
@@ -220,6 +217,14 @@ async fn accept_loop(listener: TcpListener, shared: Arc<Shared>, mut stop: watch
     while conns.join_next().await.is_some() {}
 }
 
+/// Makes a connection draw on the relay's one throttle, or on none.
+fn attach_throttle(ep: &mut hwqos_compress::Endpoint, throttle: Option<SharedThrottle>) {
+    match throttle {
+        Some(t) => ep.set_shared_throttle(Some(t)),
+        None => ep.set_throttle(None),
+    }
+}
+
 async fn connection(accepted: TcpStream, shared: Arc<Shared>, cfg: Config) -> anyhow::Result<()> {
     accepted.set_nodelay(true)?;
     let other = TcpStream::connect(&cfg.connect)
@@ -240,10 +245,7 @@ async fn connection(accepted: TcpStream, shared: Arc<Shared>, cfg: Config) -> an
         .read()
         .unwrap_or_else(|e| e.into_inner())
         .clone();
-    stream.handle().with(|ep| match throttle {
-        Some(t) => ep.set_shared_throttle(Some(t)),
-        None => ep.set_throttle(None),
-    });
+    stream.handle().with(|ep| attach_throttle(ep, throttle));
     let id = shared.stats.add(stream.handle());
     let result = pump(plain, stream, cfg.chunk_bytes as usize).await;
     shared.stats.remove(id);

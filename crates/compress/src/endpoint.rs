@@ -459,9 +459,11 @@ impl Endpoint {
         self.selector = s;
     }
 
-    /// Replaces the throttle (`None`: unlimited budget); a new throttle
-    /// starts from a zero budget and reads `/proc/stat`.
+    /// Replaces the throttle, a shared one included (`None`: unlimited
+    /// budget); a new throttle starts from a zero budget and reads the
+    /// source its `cpu_aggregate` names.
     pub fn set_throttle(&mut self, throttle: Option<ThrottleConfig>) {
+        self.shared_throttle = None;
         self.config.throttle = throttle;
         self.throttle = throttle.map(|t| Throttle::new(t, t.cpu_aggregate.source()));
         self.budget_ns = self.throttle.as_ref().map(|_| 0);
@@ -478,11 +480,7 @@ impl Endpoint {
                 self.budget_ns = None;
                 self.shared_throttle = Some(t);
             }
-            None => {
-                self.shared_throttle = None;
-                let own = self.config.throttle;
-                self.set_throttle(own);
-            }
+            None => self.set_throttle(self.config.throttle),
         }
     }
 

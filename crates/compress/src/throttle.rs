@@ -464,7 +464,7 @@ const SHARED_BURST: Duration = Duration::from_millis(100);
 /// were enough with the first gains). A shared throttle runs one controller
 /// for the process: its share of one CPU is a bucket of compression time
 /// that fills at that share of the wall time (at most
-/// [`SHARED_BURST`]'s worth is kept) and that every stream draws from.
+/// 100 ms' worth is kept) and that every stream draws from.
 #[derive(Clone)]
 pub struct SharedThrottle {
     inner: std::sync::Arc<std::sync::Mutex<SharedState>>,
