@@ -107,6 +107,41 @@ for link, ds, bp, b, a, m, n in medians:
     print(f"| {link} | {ds} | {bp} | {b:.1f} | {a:.1f} | {100*(a/b-1):+.1f}% | {100*(m/b-1):+.1f}% | {100*(a/n-1):+.1f}% |")
 print()
 
+def pooled(v):
+    """Mean RTT over every message of every repetition (equal message counts)."""
+    return statistics.mean(r["mean_rtt_us"] for r in v)
+
+
+def paired(a, b):
+    """Ratios a/b of the repetitions' means, repetition by repetition (the
+    policies of one repetition ran back to back, so the VM's slow drift
+    cancels)."""
+    return [x["mean_rtt_us"] / y["mean_rtt_us"] for x, y in zip(a, b)]
+
+
+def ratio_cell(ratios, limit):
+    med = statistics.median(ratios)
+    within = sum(1 for q in ratios if q <= 1 + limit)
+    return f"{100 * (med - 1):+.1f}% ({100 * (min(ratios) - 1):+.1f} … {100 * (max(ratios) - 1):+.1f}); {within} of {len(ratios)} within {100 * limit:.0f}%"
+
+
+def paired_table(label, reps, pols):
+    """Adaptive against the best fixed codec (lowest pooled mean) and `none`."""
+    limit = 0.03 if label == "loopback-ab" else 0.02
+    print(f"### {label}: adaptive against the best fixed codec and `none`, pooled and paired by repetition\n")
+    print("| data set | best fixed (pooled mean) | its pooled mean | adaptive pooled | adaptive vs best, pooled | paired ratio to best: median (range); repetitions within the target | adaptive vs none, pooled | paired ratio to none |")
+    print("|---|---|---:|---:|---:|---|---:|---|")
+    for ds in ("Zeros", "Ones", "Realistic"):
+        a = reps.get((ds, "adaptive"))
+        none = reps.get((ds, "one:none"))
+        fixed = {p: reps[(ds, p)] for p in pols if p.startswith("one:") and (ds, p) in reps}
+        if not a or not fixed or not none:
+            continue
+        bp, bv = min(fixed.items(), key=lambda kv: pooled(kv[1]))
+        print(f"| {ds} | {bp} | {pooled(bv):.1f} | {pooled(a):.1f} | {100 * (pooled(a) / pooled(bv) - 1):+.1f}% | {ratio_cell(paired(a, bv), limit)} | {100 * (pooled(a) / pooled(none) - 1):+.1f}% | {ratio_cell(paired(a, none), limit)} |")
+    print()
+
+
 for label in ("loopback-ab", "1gbit-ab"):
     ab = [r for r in rows if r["label"] == label]
     if not ab:
@@ -138,30 +173,55 @@ for label in ("loopback-ab", "1gbit-ab"):
             sent = ", ".join(f"{k} {c}" for k, c in sorted(v[0]["sent_per_codec"].items(), key=lambda kv: -kv[1])[:3])
             print(f"| {ds} | {p} | {mean:.1f} | {p50:.1f} | {each} | {100 * (mean / none_mean - 1):+.1f}% | {sent} |")
     print()
+    paired_table(label, reps, pols)
+
+def phase_title(r):
+    k = r.get("phase_starts") or [0, r["messages"] // 2]
+    if len(k) == 3:
+        return (f"Content and bandwidth change: Dr (random) on 10 Mbit/s, 5 ms; from message {k[1]} Dp batches; "
+                f"from message {k[2]} a 10 Gbit/s, 0 ms link; {r['messages']} messages of ≥ 2 KiB")
+    return f"Content and bandwidth change: phases from messages {', '.join(map(str, k))}"
+
+
+def phase_cells(r):
+    means = r.get("phase_means_us") or [r.get("mean_before_change_us"), r.get("mean_after_change_us")]
+    return " | ".join(f"{m:.1f}" if m is not None else "" for m in means)
+
+
+def phase_header(r):
+    n = len(r.get("phase_means_us") or [0, 0])
+    return " | ".join(f"phase {j + 1}" for j in range(n)), "|".join("---:" for _ in range(n))
+
 
 change = [r for r in rows if r["label"] == "change"]
 if change:
-    k = change[0]["messages"] // 2
-    print(f"## Content and bandwidth change: Dp batches on 10 Mbit/s, 5 ms, then from message {k} Dr (random) on 1 Gbit/s, 0.2 ms\n")
-    print("| policy | mean RTT (µs) | ±CI95 | before the change | after the change | preferred codec changed after | codecs sent |")
-    print("|---|---:|---:|---:|---:|---:|---|")
+    print(f"## {phase_title(change[0])}\n")
+    ph, al = phase_header(change[0])
+    print(f"| policy | mean RTT (µs) | ±CI95 | {ph} | preferred codec changed after (per phase) | codecs sent |")
+    print(f"|---|---:|---:|{al}|---|---|")
     for r in sorted(change, key=lambda r: r["mean_rtt_us"]):
         sent = ", ".join(f"{k} {v}" for k, v in sorted(r["sent_per_codec"].items(), key=lambda kv: -kv[1])[:4])
-        re = r.get("reselected_after")
-        re = "" if re is None else f"{re} messages"
-        before = r.get("mean_before_change_us") or float("nan")
-        after = r.get("mean_after_change_us") or float("nan")
-        print(f"| {r['policy']} | {r['mean_rtt_us']:.1f} | {r['ci95_us']:.1f} | {before:.1f} | {after:.1f} | {re} | {sent} |")
+        re = r.get("phase_reselected_after") or [r.get("reselected_after")]
+        re = ", ".join("–" if x is None else str(x) for x in re)
+        print(f"| {r['policy']} | {r['mean_rtt_us']:.1f} | {r['ci95_us']:.1f} | {phase_cells(r)} | {re} | {sent} |")
     print()
     f = os.path.join(res, "compression_change", "adaptive.csv")
     if os.path.exists(f):
         bins = list(csv.DictReader(open(f)))
-        print("Adaptive's preferred codec over the run (every 100 messages):\n")
+        starts = change[0].get("phase_starts") or [0]
+        # Around each change: the 100-message windows before and after it
+        # (a run of 100,000 messages would otherwise print 1,000 lines).
+        keep = set()
+        for k in starts:
+            keep.update(range(k - 2 * BIN, k + 10 * BIN, BIN))
+        keep.add(int(bins[-1]["i"]))
+        print("Adaptive's preferred codec around each change (windows of 100 messages):\n")
         print("| messages | preferred | sent | mean RTT of the window (µs) |")
         print("|---|---|---|---:|")
         for b in bins:
             i, n = int(b["i"]), int(b["n"])
-            print(f"| {i}–{i + n - 1} | {b['chosen']} | {b['codecs'].replace(';', ', ')} | {int(b['mean_rtt_ns']) / 1e3:.1f} |")
+            if i in keep:
+                print(f"| {i}–{i + n - 1} | {b['chosen']} | {b['codecs'].replace(';', ', ')} | {int(b['mean_rtt_ns']) / 1e3:.1f} |")
         print()
 
 cab = [r for r in rows if r["label"] == "change-ab"]
@@ -170,19 +230,33 @@ if cab:
     for r in cab:
         reps[r["policy"]].append(r)
     n = max(len(v) for v in reps.values())
-    print(f"## Change run, {n} interleaved repetitions (median over repetitions, µs)\n")
-    print("| policy | mean RTT | means of the repetitions | before the change | after the change | rank in each repetition |")
-    print("|---|---:|---|---:|---:|---|")
+    print(f"## Change run, {n} interleaved repetitions (µs)\n")
+    print(f"{phase_title(cab[0])}. Ranked by the pooled mean (every message of every repetition); phase columns are medians over the repetitions.\n")
+    ph, al = phase_header(cab[0])
+    print(f"| policy | pooled mean RTT | median of the repetitions | means of the repetitions | {ph} | rank in each repetition |")
+    print(f"|---|---:|---:|---|{al}|---|")
     ranks = defaultdict(list)
     for i in range(n):
         rep_rows = sorted((v[i] for v in reps.values() if len(v) > i), key=lambda r: r["mean_rtt_us"])
         for j, r in enumerate(rep_rows):
             ranks[r["policy"]].append(str(j + 1))
-    for p, v in sorted(reps.items(), key=lambda kv: statistics.median(r["mean_rtt_us"] for r in kv[1])):
-        med = lambda key: statistics.median(r[key] for r in v)
+    for p, v in sorted(reps.items(), key=lambda kv: pooled(kv[1])):
         each = ", ".join(f"{r['mean_rtt_us']:.1f}" for r in v)
-        print(f"| {p} | {med('mean_rtt_us'):.1f} | {each} | {med('mean_before_change_us'):.1f} | {med('mean_after_change_us'):.1f} | {', '.join(ranks[p])} |")
+        phases = [statistics.median(m) for m in zip(*(r.get("phase_means_us") or [r["mean_before_change_us"], r["mean_after_change_us"]] for r in v))]
+        cells = " | ".join(f"{m:.1f}" for m in phases)
+        print(f"| {p} | {pooled(v):.1f} | {statistics.median(r['mean_rtt_us'] for r in v):.1f} | {each} | {cells} | {', '.join(ranks[p])} |")
     print()
+    a = reps.get("adaptive")
+    if a:
+        print("Adaptive against each other policy, repetition by repetition:\n")
+        print("| against | adaptive faster in | paired ratio adaptive / it: median (range) | pooled |")
+        print("|---|---:|---|---:|")
+        for p, v in sorted(reps.items(), key=lambda kv: pooled(kv[1])):
+            if p == "adaptive":
+                continue
+            q = paired(a, v)
+            print(f"| {p} | {sum(1 for x in q if x < 1)} of {len(q)} | {100 * (statistics.median(q) - 1):+.1f}% ({100 * (min(q) - 1):+.1f} … {100 * (max(q) - 1):+.1f}) | {100 * (pooled(a) / pooled(v) - 1):+.1f}% |")
+        print()
 
 def seconds_within(weighted_bins, target=0.8):
     """Share of the whole seconds (by t_ms) whose mean utilization is within ±5 pp."""

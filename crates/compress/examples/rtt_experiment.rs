@@ -23,7 +23,9 @@
 //! concatenates messages of the data set until a message has at least B
 //! bytes (a batch of control-plane messages). With `--change-at K` the
 //! summary also has the mean RTT before and after message K and, for the
-//! learning policies, how many messages after K the preferred codec changed.
+//! learning policies, how many messages after K the preferred codec changed;
+//! the same per phase, phases being delimited by K and every `--at` hook
+//! (`phase_starts`, `phase_means_us`, `phase_reselected_after`).
 
 use hwqos_compress::datasets::{DataSet, MessageSource};
 use hwqos_compress::{
@@ -300,6 +302,17 @@ fn client(args: &[String]) {
     let trace = std::env::var_os("HWQOS_TRACE").is_some();
     let mut chosen_at_change = None;
     let mut reselected_after: Option<usize> = None;
+    // Phases: delimited by the content change and every hook (a link
+    // change); per phase, the mean RTT and when the preferred codec changed.
+    let phase_starts: Vec<usize> = std::iter::once(0)
+        .chain(change_at)
+        .chain(hooks.keys().copied())
+        .filter(|&k| k < n)
+        .collect::<std::collections::BTreeSet<_>>()
+        .into_iter()
+        .collect();
+    let mut chosen_at_phase = vec![None; phase_starts.len()];
+    let mut reselected_in_phase: Vec<Option<usize>> = vec![None; phase_starts.len()];
     for i in 0..n {
         if let Some(cmds) = hooks.get(&i) {
             for c in cmds {
@@ -328,6 +341,15 @@ fn client(args: &[String]) {
             if s.endpoint().selector().chosen() != c {
                 reselected_after = Some(i - k);
             }
+        }
+        let phase = phase_starts.partition_point(|&k| k <= i) - 1;
+        let chosen = s.endpoint().selector().chosen();
+        match chosen_at_phase[phase] {
+            None => chosen_at_phase[phase] = Some(chosen),
+            Some(c) if c != chosen && reselected_in_phase[phase].is_none() => {
+                reselected_in_phase[phase] = Some(i - phase_starts[phase]);
+            }
+            _ => {}
         }
         let t0 = Instant::now();
         s.send_msg(&msg).unwrap();
@@ -431,6 +453,13 @@ fn client(args: &[String]) {
         "mean_before_change_us": change_at.and_then(|_| mean(&rtts[..k])),
         "mean_after_change_us": change_at.and_then(|_| mean(&rtts[k..])),
         "reselected_after": reselected_after,
+        "phase_starts": phase_starts,
+        "phase_means_us": phase_starts
+            .iter()
+            .enumerate()
+            .map(|(j, &from)| mean(&rtts[from..phase_starts.get(j + 1).copied().unwrap_or(n)]))
+            .collect::<Vec<_>>(),
+        "phase_reselected_after": reselected_in_phase,
         "batch": batch,
     });
     println!("{summary}");

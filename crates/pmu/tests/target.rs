@@ -372,7 +372,16 @@ fn live_new_thread_shows_up_as_churn() {
     assert_eq!(thread_sel.threads, vec![(me, tid)]);
     stop_tx.send(()).unwrap();
     h.join().unwrap();
-    let after = r.resolve(&sels).unwrap();
+    // The join returns when the kernel clears the thread's id, a moment
+    // before it reaps the task and its /proc entry.
+    let mut after = r.resolve(&sels).unwrap();
+    for _ in 0..1000 {
+        if !after.processes[0].threads.contains(&tid) {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(1));
+        after = r.resolve(&sels).unwrap();
+    }
     assert!(diff(&during, &after).exited_threads.contains(&(me, tid)));
 }
 
