@@ -225,7 +225,11 @@ fn adaptive_reselects_within_a_few_rounds_after_a_content_change() {
         }
     }
     let at = switched_at.expect("re-selected none for incompressible content");
-    assert!(at <= 300, "re-selection took {at} messages");
+    // Choices change at round ends (100 messages here), and which round
+    // depends on measured codec costs: 40–195 messages in 60 runs on the
+    // idle development VM, more than 300 once under a parallel workspace
+    // test run. The bound is half the target of 2,000.
+    assert!(at <= 1000, "re-selection took {at} messages");
     // And back: compressible content again.
     let mut back_at = None;
     for i in 0..2000u64 {
@@ -234,7 +238,7 @@ fn adaptive_reselects_within_a_few_rounds_after_a_content_change() {
             back_at.get_or_insert(i);
         }
     }
-    assert!(back_at.expect("re-selected a codec") <= 300, "{back_at:?}");
+    assert!(back_at.expect("re-selected a codec") <= 1000, "{back_at:?}");
 }
 
 #[test]
