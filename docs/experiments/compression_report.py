@@ -179,7 +179,7 @@ def phase_title(r):
     k = r.get("phase_starts") or [0, r["messages"] // 2]
     if len(k) == 3:
         return (f"Content and bandwidth change: Dr (random) on 10 Mbit/s, 5 ms; from message {k[1]} Dp batches; "
-                f"from message {k[2]} a 10 Gbit/s, 0 ms link; {r['messages']} messages of ≥ 2 KiB")
+                f"from message {k[2]} a 10 Gbit/s, 0 ms link; {r['messages']} messages of ≥ {r.get('batch', 2048) // 1024} KiB")
     return f"Content and bandwidth change: phases from messages {', '.join(map(str, k))}"
 
 

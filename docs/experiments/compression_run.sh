@@ -188,18 +188,21 @@ fi
 # in both phases: in git history.)
 CHANGE_SCALE="${CHANGE_SCALE:-1}"
 change_k1=$((200 * CHANGE_SCALE)); change_k2=$((1000 * CHANGE_SCALE))
-change_total=$((change_k2 + ${CHANGE_FAST:-100000} * CHANGE_SCALE))
+change_total=$((change_k2 + ${CHANGE_FAST:-60000} * CHANGE_SCALE))
+change_batch="${CHANGE_BATCH:-8192}"
+read -r -a change_policies <<< "${CHANGE_POLICIES:-one:none one:lz4 one:snappy one:zstd-1 one:zstd-3 majority adaptive}"
 change_run() { # LABEL POLICY [extra client args]
     local label=$1 p=$2
     shift 2
     link 10mbit 5ms
-    run "$label" "$A" "$target" "$change_total" "$p" dr --batch 2048 --size 2048 \
+    run "$label" "$A" "$target" "$change_total" "$p" dr --batch "$change_batch" --size 2048 \
         --change-at "$change_k1" --change-to dp \
         --at "$change_k2:$(link_cmd 10gbit 0ms)" "$@"
 }
 if [[ "$PARTS" == *" change "* ]]; then
 mkdir -p "$out/compression_change"
-for p in "${policies[@]}"; do
+rm -f "$out"/compression_change/*.csv
+for p in "${change_policies[@]}"; do
     echo "compression_run: change run $p"
     change_run change "$p" --csv "$work/change.csv"
     downsample "$work/change.csv" "$out/compression_change/${p//:/_}.csv"
@@ -210,7 +213,6 @@ fi
 # adaptive, majority and the best fixed codecs of the change run
 # (CHANGE_POLICIES; per-message CSVs are not kept).
 if [[ "$PARTS" == *" changeab "* ]]; then
-read -r -a change_policies <<< "${CHANGE_POLICIES:-one:none one:lz4 one:snappy one:zstd-1 one:zstd-3 one:deflate majority adaptive}"
 for r in $(seq "$REPS"); do
     for p in $(rotated "$r" "${change_policies[@]}"); do
         echo "compression_run: change A/B $r $p"
