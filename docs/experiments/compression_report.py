@@ -51,7 +51,7 @@ if len(sys.argv) in (4, 5) and sys.argv[1] == "--downsample":
     downsample(sys.argv[2], sys.argv[3], float(sys.argv[4]) if len(sys.argv) == 5 else 0.8)
     sys.exit(0)
 
-SPECIAL = ("change", "change-ab", "burner", "loopback-ab", "1gbit-ab")
+SPECIAL = ("change", "change-ab", "burner", "loopback-ab", "1gbit-ab", "100mbit-ab", "10mbit-ab")
 
 res = sys.argv[1] if len(sys.argv) > 1 else "docs/experiments/results"
 rows = [json.loads(l) for l in open(os.path.join(res, "compression_rtt.jsonl")) if l.strip()]
@@ -142,7 +142,7 @@ def paired_table(label, reps, pols):
     print()
 
 
-for label in ("loopback-ab", "1gbit-ab"):
+for label in ("loopback-ab", "1gbit-ab", "100mbit-ab", "10mbit-ab"):
     ab = [r for r in rows if r["label"] == label]
     if not ab:
         continue

@@ -5,7 +5,7 @@
 #   sudo docs/experiments/compression_run.sh            # ~12 minutes
 #   sudo SCALE=3 docs/experiments/compression_run.sh    # 3x the messages of the link x data-set runs
 #   (CHANGE_SCALE does the same for the change run)
-#   sudo PARTS=burner docs/experiments/compression_run.sh   # only some parts: rtt ab ab1g change changeab burner
+#   sudo PARTS=burner docs/experiments/compression_run.sh   # only some parts: rtt ab ab1g ab100m ab10m change changeab burner
 #
 # Only loopback and the namespaces hwqos-c-a / hwqos-c-b (10.231.77.1-2 on a
 # veth pair) are used; the burner part runs on 127.0.0.1 in the root
@@ -104,8 +104,8 @@ policies=(one:none one:lz4 one:snappy one:zstd-1 one:zstd-3 one:zstd-9 one:lzma-
 rtt_json="$out/compression_rtt.jsonl"
 [ "$PARTS" = " rtt ab ab1g change changeab burner " ] && : > "$rtt_json" && : > "$out/compression_load.tsv"
 # A partial run replaces its own lines only.
-part_labels() { case "$1" in rtt) echo "loopback 1gbit-0.2ms 100mbit-1ms 10mbit-5ms" ;; ab) echo loopback-ab ;; ab1g) echo 1gbit-ab ;; changeab) echo change-ab ;; *) echo "$1" ;; esac; }
-for part in rtt ab ab1g change changeab burner; do
+part_labels() { case "$1" in rtt) echo "loopback 1gbit-0.2ms 100mbit-1ms 10mbit-5ms" ;; ab) echo loopback-ab ;; ab1g) echo 1gbit-ab ;; ab100m) echo 100mbit-ab ;; ab10m) echo 10mbit-ab ;; changeab) echo change-ab ;; *) echo "$1" ;; esac; }
+for part in rtt ab ab1g ab100m ab10m change changeab burner; do
     if [[ "$PARTS" == *" $part "* ]] && [ -f "$rtt_json" ]; then
         for l in $(part_labels "$part"); do
             grep -v "\"label\":\"$l\"" "$rtt_json" > "$work/keep" || true
@@ -157,19 +157,23 @@ for r in $(seq "$REPS"); do
 done
 fi
 
-# 1 Gbit/s A/B: the policies that matter there, interleaved per repetition
+# Link A/B: the policies that matter on a link, interleaved per repetition
 # (the link x data-set runs above go through the policies in a fixed order,
 # so a drift of the VM's load over a data set's minute biases them).
-if [[ "$PARTS" == *" ab1g "* ]]; then
-link 1gbit 0.2ms
-for r in $(seq "$REPS"); do
-    for set in d0 d1 dp; do
-        for p in $(rotated "$r" one:none one:lz4 one:snappy one:zstd-9 majority adaptive); do
-            run "1gbit-ab" "$A" "$target" 3000 "$p" "$set"
+ablink() { # LABEL RATE DELAY MESSAGES
+    local label=$1 rate=$2 delay=$3 n=$4
+    link "$rate" "$delay"
+    for r in $(seq "$REPS"); do
+        for set in d0 d1 dp; do
+            for p in $(rotated "$r" one:none one:lz4 one:snappy one:zstd-9 majority adaptive); do
+                run "$label" "$A" "$target" "$n" "$p" "$set"
+            done
         done
     done
-done
-fi
+}
+[[ "$PARTS" == *" ab1g "* ]] && ablink 1gbit-ab 1gbit 0.2ms 3000
+[[ "$PARTS" == *" ab100m "* ]] && ablink 100mbit-ab 100mbit 1ms 800
+[[ "$PARTS" == *" ab10m "* ]] && ablink 10mbit-ab 10mbit 5ms 300
 
 # 7.4.3 + bandwidth change, designed so that no single codec is best
 # throughout, in three phases of 2 KiB messages:
