@@ -10,9 +10,6 @@ use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
-/// The content type of the exposition.
-pub use hwqos_agent::OPENMETRICS_CONTENT_TYPE as CONTENT_TYPE;
-
 /// Counters shared by the accept loop, the connections and the endpoint.
 #[derive(Default)]
 pub struct RelayStats {

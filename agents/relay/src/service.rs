@@ -3,7 +3,7 @@
 //! endpoint.
 
 use crate::config::{Config, Mode};
-use crate::metrics::{Labels, RelayStats, CONTENT_TYPE};
+use crate::metrics::{Labels, RelayStats};
 use anyhow::Context;
 use hwqos_compress::{AsyncMessageStream, Registry, SharedThrottle, WireError};
 use std::net::SocketAddr;
@@ -84,7 +84,11 @@ pub async fn start(config: Config) -> anyhow::Result<Running> {
                 )
             })?;
         let addr = l.local_addr()?;
-        let task = tokio::spawn(serve_metrics(l, shared.clone(), stop_rx.clone()));
+        let render: hwqos_agent::RenderMetrics = {
+            let shared = shared.clone();
+            Arc::new(move || shared.render())
+        };
+        let task = tokio::spawn(hwqos_agent::serve_metrics(l, render, stop_rx.clone()));
         (Some(addr), Some(task))
     };
     let accept_task = tokio::spawn(accept_loop(listener, shared.clone(), stop_rx));
@@ -281,24 +285,4 @@ async fn pump(
     a.context("application to link")?;
     b.context("link to application")?;
     Ok(())
-}
-
-async fn serve_metrics(l: TcpListener, shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
-    use axum::http::header;
-    use axum::routing::get;
-    let app = axum::Router::new().route(
-        "/metrics",
-        get(move || {
-            let shared = shared.clone();
-            async move { ([(header::CONTENT_TYPE, CONTENT_TYPE)], shared.render()) }
-        }),
-    );
-    let r = axum::serve(l, app)
-        .with_graceful_shutdown(async move {
-            let _ = stop.changed().await;
-        })
-        .await;
-    if let Err(e) = r {
-        tracing::error!("/metrics server failed: {e}");
-    }
 }

@@ -300,8 +300,6 @@ fn client(args: &[String]) {
     });
     let mut rtts = Vec::with_capacity(n);
     let trace = std::env::var_os("HWQOS_TRACE").is_some();
-    let mut chosen_at_change = None;
-    let mut reselected_after: Option<usize> = None;
     // Phases: delimited by the content change and every hook (a link
     // change); per phase, the mean RTT and when the preferred codec changed.
     let phase_starts: Vec<usize> = std::iter::once(0)
@@ -333,14 +331,6 @@ fn client(args: &[String]) {
         let mut msg = source.next_message();
         while msg.len() < batch {
             msg.extend_from_slice(&source.next_message());
-        }
-        if change_at == Some(i) {
-            chosen_at_change = Some(s.endpoint().selector().chosen());
-        }
-        if let (Some(c), None, Some(k)) = (chosen_at_change, reselected_after, change_at) {
-            if s.endpoint().selector().chosen() != c {
-                reselected_after = Some(i - k);
-            }
         }
         let phase = phase_starts.partition_point(|&k| k <= i) - 1;
         let chosen = s.endpoint().selector().chosen();
@@ -452,7 +442,9 @@ fn client(args: &[String]) {
         "padded_probes": st.padded_probes,
         "mean_before_change_us": change_at.and_then(|_| mean(&rtts[..k])),
         "mean_after_change_us": change_at.and_then(|_| mean(&rtts[k..])),
-        "reselected_after": reselected_after,
+        "reselected_after": change_at
+            .and_then(|k| phase_starts.iter().position(|&p| p == k))
+            .and_then(|j| reselected_in_phase[j]),
         "phase_starts": phase_starts,
         "phase_means_us": phase_starts
             .iter()
