@@ -246,7 +246,30 @@ impl Actuators {
                 _ => unreachable!("cache levels handled above"),
             }
         }
+        // The context-switch generator starts a partner thread.
+        let partners = pairs
+            .iter()
+            .filter(|((m, _), _)| *m == LoadMetric::ContextSwitchRate)
+            .count();
+        act.wait_until_registered(act.threads.len() + partners);
         Ok(act)
+    }
+
+    /// Waits until `expected` generator threads have registered (each does
+    /// first thing), or one has ended. A measurement of this process started
+    /// next lists its threads once and follows only what those create later,
+    /// so a partner thread created while it attaches would go uncounted (a
+    /// replay then measured 74 % more context switches than its synthesis).
+    fn wait_until_registered(&self, expected: usize) {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        while std::time::Instant::now() < deadline {
+            let registered: usize = self.siblings.values().map(|s| s.list().len()).sum();
+            if registered >= expected || self.threads.iter().any(|t| t.handle.is_finished()) {
+                return;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        tracing::warn!("not every generator thread started within 5 s");
     }
 
     fn context(&mut self, cpu: u32, metric: Option<LoadMetric>) -> Context {
