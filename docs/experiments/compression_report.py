@@ -298,3 +298,27 @@ if burn:
             ms = sum(shares) / len(shares) if shares else float("nan")
             print(f"| {os.path.basename(f)[:-4]} | {name} | {comp} of {count} | {mu:.3f} | {dev:.3f} | {100 * within:.0f}% | {seconds_within(ws)} | {ms:.3f} |")
     print()
+
+il_path = os.path.join(res, "compression_interleaved.jsonl")
+il_rows = [json.loads(l) for l in open(il_path)] if os.path.exists(il_path) else []
+if il_rows:
+    print("## Interleaved: every policy's stream in one process, a new random order every cycle (µs)\n")
+    print("Per link and data set: pooled mean over the repetitions (equal message counts), median of the repetitions' medians, and adaptive's ratio to the best fixed codec (lowest pooled mean) computed per repetition and pooled. Within one repetition the streams share the same stretch of time, so the VM's drift cancels in the ratio.\n")
+    il = defaultdict(lambda: defaultdict(list))
+    for r in il_rows:
+        il[(r["label"], r["dataset"])][r["policy"]].append(r)
+    print("| link | data set | streams × messages × repetitions | best fixed | its pooled mean | none | majority | adaptive | adaptive vs best, pooled | per repetition | p50 vs best's p50 | adaptive vs none | adaptive sent (first repetition) |")
+    print("|---|---|---|---|---:|---:|---:|---:|---:|---|---:|---:|---|")
+    for (link, ds), pols in il.items():
+        fixed = {p: v for p, v in pols.items() if p.startswith("one:")}
+        best_p = min(fixed, key=lambda p: pooled(fixed[p]))
+        a = pols.get("adaptive")
+        if not a:
+            continue
+        b, none, maj = pooled(fixed[best_p]), pooled(pols["one:none"]), pooled(pols["majority"]) if "majority" in pols else float("nan")
+        per_rep = ", ".join(f"{100 * (q - 1):+.1f}%" for q in paired(a, fixed[best_p]))
+        p50 = statistics.median(x["p50_us"] for x in a) / statistics.median(x["p50_us"] for x in fixed[best_p])
+        sent = ", ".join(f"{k} {v}" for k, v in sorted(a[0]["sent_per_codec"].items(), key=lambda kv: -kv[1])[:3])
+        shape = f"{a[0]['streams']} × {a[0]['messages']} × {len(a)}"
+        print(f"| {link[3:]} | {ds} | {shape} | {best_p} | {b:.1f} | {none:.1f} | {maj:.1f} | {pooled(a):.1f} | {100 * (pooled(a) / b - 1):+.1f}% | {per_rep} | {100 * (p50 - 1):+.1f}% | {100 * (pooled(a) / none - 1):+.1f}% | {sent} |")
+    print()

@@ -7,6 +7,8 @@
 //!     [--messages N] [--size BYTES] [--round R] [--cpu-target T] [--cpu-aggregate mean|max|affinity]
 //!     [--change-at K --change-to d0|d1|dp] [--at K:SHELL-COMMAND]...
 //!     [--csv FILE] [--label TEXT] [--pace-us US] [--batch BYTES]
+//! rtt_experiment interleave --connect ADDR --policies P1,P2,... --dataset d0|d1|dp
+//!     [--messages N] [--size BYTES] [--round R] [--label TEXT] [--blocks B] [--seed S]
 //! ```
 //!
 //! `linkemu` is a user-space link emulator for kernels without `netem`: a TCP
@@ -26,6 +28,16 @@
 //! learning policies, how many messages after K the preferred codec changed;
 //! the same per phase, phases being delimited by K and every `--at` hook
 //! (`phase_starts`, `phase_means_us`, `phase_reselected_after`).
+//!
+//! `interleave` is the A/B design for differences of a percent or two: one
+//! process opens a stream per policy (a policy may repeat: an A/A check) and
+//! sends N messages on each, taking the streams in a new random order in
+//! every cycle, so every stream's messages are spread over the same stretch
+//! of time and the VM's drift (which moves a whole run's mean by a few
+//! percent) hits every policy alike. Every stream sends the same content
+//! sequence. One JSON line per stream: its mean, median and CI, and its mean
+//! over each of `--blocks` consecutive stretches of cycles (the same
+//! stretches for every stream, so blocks pair across streams).
 
 use hwqos_compress::datasets::{DataSet, MessageSource};
 use hwqos_compress::{
@@ -277,20 +289,8 @@ fn client(args: &[String]) {
                 .push(cmd.to_string());
         }
     }
-    let sock = TcpStream::connect(&addr).expect("connect");
-    sock.set_nodelay(true).unwrap();
     let reg = Arc::new(Registry::standard());
-    let mut s = MessageStream::handshake(
-        sock,
-        config(policy.clone(), round, cpu_target, &aggregate),
-        reg.clone(),
-    )
-    .expect("handshake");
-    s.send_msg(
-        format!("POLICY {policy} ROUND {round} CPU {cpu_target} AGG {aggregate}").as_bytes(),
-    )
-    .unwrap();
-    assert_eq!(s.recv_msg().unwrap().unwrap(), b"OK");
+    let mut s = open_stream(&addr, &policy, round, cpu_target, &aggregate, &reg);
     let mut src = MessageSource::new(set, size, 7);
     let mut later = change_to.map(|d| MessageSource::new(d, size, 11));
     let mut csv = arg(args, "--csv").map(|p| {
@@ -457,12 +457,115 @@ fn client(args: &[String]) {
     println!("{summary}");
 }
 
+/// Opens a stream and tells the server which policy to echo with.
+fn open_stream(
+    addr: &str,
+    policy: &PolicyKind,
+    round: u32,
+    cpu_target: f64,
+    aggregate: &str,
+    reg: &Arc<Registry>,
+) -> MessageStream<TcpStream> {
+    let sock = TcpStream::connect(addr).expect("connect");
+    sock.set_nodelay(true).unwrap();
+    let cfg = config(policy.clone(), round, cpu_target, aggregate);
+    let mut s = MessageStream::handshake(sock, cfg, reg.clone()).expect("handshake");
+    s.send_msg(
+        format!("POLICY {policy} ROUND {round} CPU {cpu_target} AGG {aggregate}").as_bytes(),
+    )
+    .unwrap();
+    assert_eq!(s.recv_msg().unwrap().unwrap(), b"OK");
+    s
+}
+
+fn interleave(args: &[String]) {
+    let addr = arg(args, "--connect").expect("--connect ADDR");
+    let policies: Vec<PolicyKind> = arg(args, "--policies")
+        .expect("--policies P1,P2,...")
+        .split(',')
+        .map(|p| p.parse().unwrap())
+        .collect();
+    let set: DataSet = arg(args, "--dataset")
+        .unwrap_or("dp".into())
+        .parse()
+        .unwrap();
+    let n: usize = arg(args, "--messages").map_or(2000, |v| v.parse().unwrap());
+    let size: usize = arg(args, "--size").map_or(512, |v| v.parse().unwrap());
+    let round: u32 = arg(args, "--round").map_or(50, |v| v.parse().unwrap());
+    let blocks: usize = arg(args, "--blocks")
+        .map_or(10, |v| v.parse().unwrap())
+        .clamp(1, n.max(1));
+    let seed: u64 = arg(args, "--seed").map_or(1, |v| v.parse().unwrap());
+    let label = arg(args, "--label").unwrap_or_default();
+    let reg = Arc::new(Registry::standard());
+    let mut streams: Vec<_> = policies
+        .iter()
+        .map(|p| open_stream(&addr, p, round, 0.0, "mean", &reg))
+        .collect();
+    let mut sources: Vec<_> = policies
+        .iter()
+        .map(|_| MessageSource::new(set, size, 7))
+        .collect();
+    let mut rtts = vec![Vec::with_capacity(n); policies.len()];
+    let mut order: Vec<usize> = (0..policies.len()).collect();
+    let mut rng = hwqos_compress::policy::Rng::new(seed);
+    for _ in 0..n {
+        // Fisher-Yates: a new order every cycle.
+        for i in (1..order.len()).rev() {
+            order.swap(i, (rng.next_u64() % (i as u64 + 1)) as usize);
+        }
+        for &k in &order {
+            let msg = sources[k].next_message();
+            let t0 = Instant::now();
+            streams[k].send_msg(&msg).unwrap();
+            let echo = streams[k].recv_msg().unwrap().expect("echo");
+            rtts[k].push(t0.elapsed().as_nanos() as f64);
+            assert_eq!(echo.len(), msg.len());
+        }
+    }
+    for (k, policy) in policies.iter().enumerate() {
+        let r = &rtts[k];
+        let st = streams[k].stats();
+        let ci = hwqos_core::stats::confidence_interval(r, 0.95).expect("messages");
+        let block_means: Vec<f64> = (0..blocks)
+            .map(|b| {
+                let part = &r[b * n / blocks..(b + 1) * n / blocks];
+                part.iter().sum::<f64>() / part.len() as f64 / 1e3
+            })
+            .collect();
+        let summary = serde_json::json!({
+            "label": label,
+            "seed": seed,
+            "policy": policy.to_string(),
+            "stream": k,
+            "streams": policies.len(),
+            "dataset": format!("{set:?}"),
+            "messages": n,
+            "mean_rtt_us": ci.mean / 1e3,
+            "ci95_us": ci.half_width / 1e3,
+            "p50_us": hwqos_core::stats::percentile(r, 50.0).unwrap() / 1e3,
+            "p99_us": hwqos_core::stats::percentile(r, 99.0).unwrap() / 1e3,
+            "block_means_us": block_means,
+            "sent_per_codec": st.sent_per_codec,
+            "chosen": st.chosen,
+            "samples": st.samples,
+            "sample_ns": st.sample_ns,
+            "padded_probes": st.padded_probes,
+            "link_ns_per_byte": st.link_ns_per_byte,
+            "wire_bytes_sent": st.wire_bytes_sent,
+            "app_bytes_sent": st.app_bytes_sent,
+        });
+        println!("{summary}");
+    }
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     match args.first().map(String::as_str) {
         Some("server") => server(&args),
         Some("client") => client(&args),
         Some("linkemu") => linkemu(&args),
+        Some("interleave") => interleave(&args),
         _ => {
             eprintln!("usage: rtt_experiment server --listen ADDR | client --connect ADDR --policy P --dataset D ...");
             std::process::exit(2);
