@@ -257,19 +257,42 @@ fn linkemu(args: &[String]) {
     }
 }
 
+/// The arguments `client` and `interleave` share.
+struct RunArgs {
+    addr: String,
+    set: DataSet,
+    n: usize,
+    size: usize,
+    round: u32,
+}
+
+impl RunArgs {
+    fn parse(args: &[String]) -> Self {
+        RunArgs {
+            addr: arg(args, "--connect").expect("--connect ADDR"),
+            set: arg(args, "--dataset")
+                .unwrap_or("dp".into())
+                .parse()
+                .unwrap(),
+            n: arg(args, "--messages").map_or(2000, |v| v.parse().unwrap()),
+            size: arg(args, "--size").map_or(512, |v| v.parse().unwrap()),
+            round: arg(args, "--round").map_or(50, |v| v.parse().unwrap()),
+        }
+    }
+}
+
 fn client(args: &[String]) {
-    let addr = arg(args, "--connect").expect("--connect ADDR");
+    let RunArgs {
+        addr,
+        set,
+        n,
+        size,
+        round,
+    } = RunArgs::parse(args);
     let policy: PolicyKind = arg(args, "--policy")
         .unwrap_or("adaptive".into())
         .parse()
         .unwrap();
-    let set: DataSet = arg(args, "--dataset")
-        .unwrap_or("dp".into())
-        .parse()
-        .unwrap();
-    let n: usize = arg(args, "--messages").map_or(2000, |v| v.parse().unwrap());
-    let size: usize = arg(args, "--size").map_or(512, |v| v.parse().unwrap());
-    let round: u32 = arg(args, "--round").map_or(50, |v| v.parse().unwrap());
     let cpu_target: f64 = arg(args, "--cpu-target").map_or(0.0, |v| v.parse().unwrap());
     let aggregate = arg(args, "--cpu-aggregate").unwrap_or("mean".into());
     let change_at: Option<usize> = arg(args, "--change-at").map(|v| v.parse().unwrap());
@@ -479,19 +502,18 @@ fn open_stream(
 }
 
 fn interleave(args: &[String]) {
-    let addr = arg(args, "--connect").expect("--connect ADDR");
+    let RunArgs {
+        addr,
+        set,
+        n,
+        size,
+        round,
+    } = RunArgs::parse(args);
     let policies: Vec<PolicyKind> = arg(args, "--policies")
         .expect("--policies P1,P2,...")
         .split(',')
         .map(|p| p.parse().unwrap())
         .collect();
-    let set: DataSet = arg(args, "--dataset")
-        .unwrap_or("dp".into())
-        .parse()
-        .unwrap();
-    let n: usize = arg(args, "--messages").map_or(2000, |v| v.parse().unwrap());
-    let size: usize = arg(args, "--size").map_or(512, |v| v.parse().unwrap());
-    let round: u32 = arg(args, "--round").map_or(50, |v| v.parse().unwrap());
     let blocks: usize = arg(args, "--blocks")
         .map_or(10, |v| v.parse().unwrap())
         .clamp(1, n.max(1));
