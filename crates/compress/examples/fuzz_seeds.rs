@@ -3,8 +3,10 @@
 //!
 //! `cargo run -p hwqos-compress --example fuzz_seeds -- crates/compress/fuzz/corpus`
 
-use hwqos_compress::wire::{parse_all, write_control, FrameKind, Probe};
-use hwqos_compress::{Endpoint, Registry, Sampling, StreamConfig};
+use hwqos_compress::wire::{
+    parse_all, write_control, DecompressReport, FrameKind, Probe, ProbeReply,
+};
+use hwqos_compress::{CodecId, Endpoint, Registry, Sampling, StreamConfig};
 use std::path::Path;
 use std::sync::Arc;
 
@@ -74,6 +76,25 @@ fn main() {
         &mut probe,
     );
     frame_seeds.push(probe);
+    let mut reply = Vec::new();
+    write_control(
+        FrameKind::ProbeReply,
+        &ProbeReply {
+            seq: 1,
+            echoed_sent_ns: 42,
+            probe_len: 28,
+            held_ns: 900,
+            reports: vec![DecompressReport {
+                codec: CodecId(1),
+                messages: 3,
+                bytes: 1200,
+                nanos: 800,
+            }],
+        }
+        .encode(),
+        &mut reply,
+    );
+    frame_seeds.push(reply);
     let write = |dir: &str, seeds: &[Vec<u8>], prefix: &[u8]| {
         let d = root.join(dir);
         std::fs::create_dir_all(&d).unwrap();

@@ -124,6 +124,20 @@ fn server(args: &[String]) {
                     break;
                 }
             }
+            // The echoing end's own figures (its policy probes and samples too).
+            let st = s.stats();
+            eprintln!(
+                "{}",
+                serde_json::json!({
+                    "server_policy": s.endpoint().selector().kind().to_string(),
+                    "sent_per_codec": st.sent_per_codec,
+                    "samples": st.samples,
+                    "sample_ns": st.sample_ns,
+                    "probes": st.probes,
+                    "padded_probes": st.padded_probes,
+                    "rounds": st.round,
+                })
+            );
         });
     }
 }
@@ -531,18 +545,39 @@ fn interleave(args: &[String]) {
     let mut rtts = vec![Vec::with_capacity(n); policies.len()];
     let mut order: Vec<usize> = (0..policies.len()).collect();
     let mut rng = hwqos_compress::policy::Rng::new(seed);
-    for _ in 0..n {
+    // --csv FILE: one row per message (which stream, its RTT, the codec it
+    // went with, and whether a probe or a sample rode with it).
+    let mut csv = arg(args, "--csv").map(|p| {
+        let mut f = std::io::BufWriter::new(std::fs::File::create(p).expect("csv"));
+        writeln!(f, "cycle,stream,policy,rtt_ns,codec,probe,sample").unwrap();
+        f
+    });
+    for cycle in 0..n {
         // Fisher-Yates: a new order every cycle.
         for i in (1..order.len()).rev() {
             order.swap(i, (rng.next_u64() % (i as u64 + 1)) as usize);
         }
         for &k in &order {
             let msg = sources[k].next_message();
+            let before = csv.as_ref().map(|_| streams[k].stats());
             let t0 = Instant::now();
             streams[k].send_msg(&msg).unwrap();
             let echo = streams[k].recv_msg().unwrap().expect("echo");
-            rtts[k].push(t0.elapsed().as_nanos() as f64);
+            let rtt = t0.elapsed().as_nanos();
+            rtts[k].push(rtt as f64);
             assert_eq!(echo.len(), msg.len());
+            if let (Some(f), Some(b)) = (&mut csv, before) {
+                let st = streams[k].stats();
+                let codec = reg.name_of(streams[k].endpoint().last_codec());
+                let probe = st.probes - b.probes;
+                let sample = st.samples - b.samples;
+                writeln!(
+                    f,
+                    "{cycle},{k},{},{rtt},{codec},{probe},{sample}",
+                    policies[k]
+                )
+                .unwrap();
+            }
         }
     }
     for (k, policy) in policies.iter().enumerate() {
@@ -572,7 +607,9 @@ fn interleave(args: &[String]) {
             "chosen": st.chosen,
             "samples": st.samples,
             "sample_ns": st.sample_ns,
+            "probes": st.probes,
             "padded_probes": st.padded_probes,
+            "rounds": st.round,
             "link_ns_per_byte": st.link_ns_per_byte,
             "wire_bytes_sent": st.wire_bytes_sent,
             "app_bytes_sent": st.app_bytes_sent,

@@ -169,7 +169,15 @@ impl<W: AsyncWrite + Unpin> AsyncSender<W> {
         self.out.clear();
         take_pending(&self.pending, &mut self.out);
         let pending = self.out.len();
-        if let Err(e) = lock(&self.endpoint).encode(msg, &mut self.out) {
+        let encoded = {
+            let mut ep = lock(&self.endpoint);
+            let r = ep.encode(msg, &mut self.out);
+            if r.is_ok() {
+                ep.stamp_replies(&mut self.out[..pending]);
+            }
+            r
+        };
+        if let Err(e) = encoded {
             // Keep the replies for the next write.
             let mut p = self.pending.lock().unwrap_or_else(|e| e.into_inner());
             let mut kept = self.out[..pending].to_vec();
@@ -236,6 +244,7 @@ impl<R: AsyncRead + Unpin, W: AsyncWrite + Unpin> AsyncReceiver<R, W> {
             return;
         }
         let mut w = self.writer.lock().await;
+        lock(&self.endpoint).stamp_replies(&mut self.replies);
         if w.write_all(&self.replies).await.is_ok() {
             let _ = w.flush().await;
         }

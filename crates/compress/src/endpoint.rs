@@ -115,6 +115,8 @@ pub struct StreamStats {
     pub link_ns_per_byte: Option<f64>,
     /// Link changes the probes' RTTs showed (each restarts the link estimate).
     pub link_changes: u64,
+    /// Probes sent, padded ones included.
+    pub probes: u64,
     /// Padded probes sent (the learning policies' own extra traffic).
     pub padded_probes: u64,
     /// This round's compression budget (`None`: unlimited) and what is spent.
@@ -298,6 +300,9 @@ pub struct Endpoint {
     /// Messages until the next probe (0: with the next message).
     until_probe: u32,
     pending_probes: VecDeque<(u32, u64)>,
+    /// The peer's probes this end has answered and not yet stamped with the
+    /// hold time: (sequence number, when the probe was decoded).
+    unstamped_replies: VecDeque<(u32, u64)>,
     recv_reports: BTreeMap<CodecId, DecompressReport>,
     sample_tx: mpsc::Sender<SampleResult>,
     sample_rx: mpsc::Receiver<SampleResult>,
@@ -361,6 +366,7 @@ impl Endpoint {
             dense_until_seq: INITIAL_PROBES,
             until_probe: 0,
             pending_probes: VecDeque::new(),
+            unstamped_replies: VecDeque::new(),
             recv_reports: BTreeMap::new(),
             sample_tx,
             sample_rx,
@@ -678,6 +684,7 @@ impl Endpoint {
             } else {
                 0
             };
+            self.stats.probes += 1;
             if pad > 0 {
                 self.stats.padded_probes += 1;
             }
@@ -775,6 +782,24 @@ impl Endpoint {
         Ok(codec_id)
     }
 
+    /// Sets, in the probe replies among `frames`, how long this end held
+    /// each of them since it decoded the probe (see [`ProbeReply::held_ns`]).
+    /// Call it on the reply frames [`decode`](Self::decode) appended, right
+    /// before they are written; replies not stamped tell the peer a hold
+    /// time of 0, and their round trip then includes the wait.
+    pub fn stamp_replies(&mut self, frames: &mut [u8]) {
+        if self.unstamped_replies.is_empty() {
+            return;
+        }
+        let now = self.now_ns();
+        let answered = &mut self.unstamped_replies;
+        ProbeReply::stamp_held(frames, |seq| {
+            let i = answered.iter().position(|(s, _)| *s == seq)?;
+            let (_, decoded) = answered.remove(i)?;
+            Some(now.saturating_sub(decoded).min(u64::from(u32::MAX)) as u32)
+        });
+    }
+
     /// `Sampling::AfterSend`: compresses and decompresses the sample chosen
     /// by the last [`encode`](Self::encode), if any. Call it after the
     /// encoded bytes are written, so the message is already on its way.
@@ -835,10 +860,15 @@ impl Endpoint {
             }
             FrameKind::Probe => {
                 let p = Probe::decode(&frame.payload)?;
+                if self.unstamped_replies.len() >= MAX_PENDING_PROBES {
+                    self.unstamped_replies.pop_front();
+                }
+                self.unstamped_replies.push_back((p.seq, self.now_ns()));
                 let reply = ProbeReply {
                     seq: p.seq,
                     echoed_sent_ns: p.sent_ns,
                     probe_len: frame.payload.len() as u32,
+                    held_ns: 0,
                     reports: std::mem::take(&mut self.recv_reports)
                         .into_values()
                         .take(255)
@@ -854,8 +884,11 @@ impl Endpoint {
                 let now = self.now_ns();
                 if let Some(pos) = self.pending_probes.iter().position(|(s, _)| *s == r.seq) {
                     let (_, pad) = self.pending_probes.remove(pos).expect("position is valid");
-                    let rtt = now.saturating_sub(r.echoed_sent_ns);
-                    if r.seq < COLD_PROBES {
+                    let rtt = now
+                        .saturating_sub(r.echoed_sent_ns)
+                        .saturating_sub(u64::from(r.held_ns));
+                    if r.seq < COLD_PROBES || r.held_ns == u32::MAX {
+                        // (a reply held for 4 s or more says nothing either)
                         // cold start: not a measurement of the link
                     } else if pad == 0 {
                         if self.learner.observe_rtt(rtt) {

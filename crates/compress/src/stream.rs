@@ -125,6 +125,7 @@ impl<S: Read + Write> MessageStream<S> {
             self.replies.extend_from_slice(&self.out[..pending]);
             return Err(e);
         }
+        self.endpoint.stamp_replies(&mut self.out[..pending]);
         self.io.write_all(&self.out)?;
         self.io.flush()?;
         self.endpoint.run_deferred_sample();
@@ -162,6 +163,7 @@ impl<S: Read + Write> MessageStream<S> {
     /// peer only misses an RTT sample.
     fn flush_replies(&mut self) {
         if !self.replies.is_empty() {
+            self.endpoint.stamp_replies(&mut self.replies);
             if self.io.write_all(&self.replies).is_ok() {
                 let _ = self.io.flush();
             }

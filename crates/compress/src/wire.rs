@@ -17,7 +17,7 @@ use crate::codec::CodecId;
 /// The two bytes every frame starts with.
 pub const MAGIC: [u8; 2] = *b"HQ";
 /// The only wire version this crate speaks.
-pub const VERSION: u8 = 1;
+pub const VERSION: u8 = 2;
 /// Header bytes without the checksum.
 pub const HEADER_LEN: usize = 14;
 /// Header flag: a CRC-32 (IEEE) of the uncompressed message follows the header.
@@ -535,17 +535,28 @@ pub struct ProbeReply {
     pub echoed_sent_ns: u64,
     /// Size of the probe payload that was answered (to tell padded probes apart).
     pub probe_len: u32,
+    /// How long the answering end held the reply before writing it (ns,
+    /// saturating): the prober subtracts it from the round trip, like QUIC's
+    /// ACK delay, so an application's think time between a request and its
+    /// next write does not count as network time. Written as 0 by
+    /// [`ProbeReply::encode`] and set just before the write by
+    /// [`ProbeReply::stamp_held`].
+    pub held_ns: u32,
     pub reports: Vec<DecompressReport>,
 }
 
 impl ProbeReply {
     const ENTRY: usize = 1 + 4 + 8 + 8;
+    /// Bytes before the reports.
+    const FIXED: usize = 21;
+    const HELD_AT: usize = 16;
 
     pub fn encode(&self) -> Vec<u8> {
-        let mut p = Vec::with_capacity(17 + self.reports.len() * Self::ENTRY);
+        let mut p = Vec::with_capacity(Self::FIXED + self.reports.len() * Self::ENTRY);
         p.extend_from_slice(&self.seq.to_le_bytes());
         p.extend_from_slice(&self.echoed_sent_ns.to_le_bytes());
         p.extend_from_slice(&self.probe_len.to_le_bytes());
+        p.extend_from_slice(&self.held_ns.to_le_bytes());
         p.push(self.reports.len() as u8);
         for r in &self.reports {
             p.push(r.codec.0);
@@ -556,22 +567,50 @@ impl ProbeReply {
         p
     }
 
+    /// Walks the whole frames in `frames` (as written by [`write_control`])
+    /// and sets the hold time of every probe reply for which `held` (given
+    /// the reply's sequence number) returns one. Stops at anything that is
+    /// not a well-formed frame.
+    pub fn stamp_held(frames: &mut [u8], mut held: impl FnMut(u32) -> Option<u32>) {
+        let mut pos = 0;
+        while let Some(h) = frames
+            .get(pos..pos + HEADER_LEN)
+            .and_then(|b| Header::parse(b.try_into().ok()?, &Limits::default()).ok())
+        {
+            let start = pos + HEADER_LEN + h.extra_len();
+            let Some(payload) = frames.get_mut(start..start + h.payload_len as usize) else {
+                return;
+            };
+            if h.kind == FrameKind::ProbeReply && payload.len() >= Self::FIXED {
+                let seq = u32::from_le_bytes(payload[0..4].try_into().expect("4 bytes"));
+                if let Some(ns) = held(seq) {
+                    payload[Self::HELD_AT..Self::HELD_AT + 4].copy_from_slice(&ns.to_le_bytes());
+                }
+            }
+            pos = start + h.payload_len as usize;
+        }
+    }
+
     pub fn decode(p: &[u8]) -> Result<ProbeReply, WireError> {
         let bad = |d: String| WireError::BadPayload {
             kind: FrameKind::ProbeReply,
             detail: d,
         };
-        if p.len() < 17 {
-            return Err(bad(format!("{} bytes, at least 17 expected", p.len())));
-        }
-        let n = p[16] as usize;
-        if p.len() != 17 + n * Self::ENTRY {
+        if p.len() < Self::FIXED {
             return Err(bad(format!(
-                "declares {n} reports but carries {} bytes",
-                p.len() - 17
+                "{} bytes, at least {} expected",
+                p.len(),
+                Self::FIXED
             )));
         }
-        let reports = p[17..]
+        let n = p[20] as usize;
+        if p.len() != Self::FIXED + n * Self::ENTRY {
+            return Err(bad(format!(
+                "declares {n} reports but carries {} bytes",
+                p.len() - Self::FIXED
+            )));
+        }
+        let reports = p[Self::FIXED..]
             .chunks_exact(Self::ENTRY)
             .map(|e| DecompressReport {
                 codec: CodecId(e[0]),
@@ -584,6 +623,7 @@ impl ProbeReply {
             seq: u32::from_le_bytes(p[0..4].try_into().expect("4 bytes")),
             echoed_sent_ns: u64::from_le_bytes(p[4..12].try_into().expect("8 bytes")),
             probe_len: u32::from_le_bytes(p[12..16].try_into().expect("4 bytes")),
+            held_ns: u32::from_le_bytes(p[16..20].try_into().expect("4 bytes")),
             reports,
         })
     }

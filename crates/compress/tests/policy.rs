@@ -866,3 +866,86 @@ fn streams_sharing_a_throttle_draw_one_share_and_hold_the_target() {
         "not held within 5 pp of 0.8: {tail:?}"
     );
 }
+
+/// Answers every probe frame in `bytes` (frames `from` encoded) on `to` and
+/// returns the reply frames, unstamped.
+fn answer(from_bytes: &[u8], to: &mut Endpoint) -> Vec<u8> {
+    let mut replies = Vec::new();
+    for f in parse_all(from_bytes, to.limits()).unwrap() {
+        to.decode(f, &mut replies).unwrap();
+    }
+    replies
+}
+
+/// The RTT estimate after 8 probes whose replies the peer held for 30 ms
+/// each (a request/response peer's think time), stamped or not.
+fn rtt_after_held_replies(stamp: bool) -> f64 {
+    let mut cfg = sim_config("one:none");
+    cfg.probe_every = 1;
+    let (mut a, mut b) = pair(cfg);
+    for i in 0..10u8 {
+        let mut out = Vec::new();
+        a.encode(&[i; 64], &mut out).unwrap();
+        let mut replies = answer(&out, &mut b);
+        assert!(!replies.is_empty(), "every message carries a probe");
+        std::thread::sleep(Duration::from_millis(30));
+        if stamp {
+            b.stamp_replies(&mut replies);
+        }
+        let mut back = Vec::new();
+        for f in parse_all(&replies, a.limits()).unwrap() {
+            a.decode(f, &mut back).unwrap();
+        }
+    }
+    a.stats().rtt_ns.expect("probes answered")
+}
+
+/// A probe reply tells how long the answering end held it, and the prober
+/// takes that out of the round trip: the peer's pause between reading a
+/// request and writing its next message is not network time. (An unstamped
+/// reply counts the 30 ms; the stamped one leaves the microseconds of
+/// encoding and decoding, far below 30 ms whatever the machine's speed.)
+#[test]
+fn a_reply_held_by_the_peer_does_not_count_as_round_trip_time() {
+    assert!(rtt_after_held_replies(false) >= 30e6);
+    let stamped = rtt_after_held_replies(true);
+    assert!(stamped < 15e6, "stamped RTT {stamped} ns");
+}
+
+/// Stamping sets the hold time of the replies it is asked for, only those,
+/// and leaves every other byte as it was.
+#[test]
+fn stamping_sets_only_the_hold_time_of_the_named_replies() {
+    use hwqos_compress::wire::{write_control, FrameKind, ProbeReply};
+    let reply = |seq| ProbeReply {
+        seq,
+        echoed_sent_ns: 1234,
+        probe_len: 12,
+        held_ns: 0,
+        reports: vec![],
+    };
+    let mut frames = Vec::new();
+    write_control(FrameKind::ProbeReply, &reply(7).encode(), &mut frames);
+    write_control(FrameKind::Probe, &[0; 12], &mut frames);
+    write_control(FrameKind::ProbeReply, &reply(8).encode(), &mut frames);
+    let before = frames.clone();
+    ProbeReply::stamp_held(&mut frames, |seq| (seq == 8).then_some(555));
+    let got: Vec<_> = parse_all(&frames, Default::default())
+        .unwrap()
+        .into_iter()
+        .filter(|f| f.header.kind == FrameKind::ProbeReply)
+        .map(|f| ProbeReply::decode(&f.payload).unwrap())
+        .collect();
+    assert_eq!(got[0], reply(7));
+    assert_eq!(got[1].held_ns, 555);
+    assert_eq!(got[1].seq, 8);
+    let changed: Vec<usize> = (0..frames.len())
+        .filter(|&i| frames[i] != before[i])
+        .collect();
+    assert_eq!(changed.len(), 2, "555 takes two bytes: {changed:?}");
+    // Garbage after the frames stops the walk without touching it.
+    let mut junk = frames.clone();
+    junk.extend_from_slice(b"not a frame");
+    ProbeReply::stamp_held(&mut junk, |_| Some(1));
+    assert!(junk.ends_with(b"not a frame"));
+}

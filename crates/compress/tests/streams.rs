@@ -263,7 +263,7 @@ fn a_truncated_stream_is_an_error_and_a_clean_close_is_not() {
     let mut h = Vec::new();
     ep.write_hello(&mut h);
     b.write_all(&h).unwrap();
-    b.write_all(b"HQ\x01\x00").unwrap();
+    b.write_all(b"HQ\x02\x00").unwrap();
     b.shutdown(std::net::Shutdown::Write).unwrap();
     let e = t.join().unwrap().unwrap_err();
     assert!(e.to_string().contains("truncated"), "{e}");
