@@ -128,5 +128,74 @@ fn decision(c: &mut Criterion) {
     let _ = CodecId::NONE;
 }
 
-criterion_group!(benches, codecs, decision);
+/// One request and its echo between two endpoints in memory, for `one:none`
+/// and `adaptive`, with everything the streams do per message (framing,
+/// probes and their stamped replies, decoding, sampling after the send, round
+/// boundaries). In memory the link is free, so `adaptive` settles on `none`:
+/// the difference between the two is the learning policy's own cost per
+/// exchange where compression cannot pay (loopback).
+fn echo_exchange(c: &mut Criterion) {
+    let reg = Arc::new(Registry::standard());
+    let mut g = c.benchmark_group("echo_exchange_dp");
+    for policy in ["one:none", "adaptive"] {
+        let cfg = StreamConfig {
+            policy: policy.parse().unwrap(),
+            throttle: None,
+            round_messages: 50,
+            ..Default::default()
+        };
+        let mut a = Endpoint::new(cfg.clone(), reg.clone());
+        let mut b = Endpoint::new(cfg, reg.clone());
+        let (mut ha, mut hb) = (Vec::new(), Vec::new());
+        a.write_hello(&mut ha);
+        b.write_hello(&mut hb);
+        a.accept_hello(parse_all(&hb, a.limits()).unwrap().remove(0))
+            .unwrap();
+        b.accept_hello(parse_all(&ha, b.limits()).unwrap().remove(0))
+            .unwrap();
+        let mut src = MessageSource::new(DataSet::Realistic, 512, 3);
+        let msgs: Vec<Vec<u8>> = (0..1000).map(|_| src.next_message()).collect();
+        let (mut wire_ab, mut wire_ba) = (Vec::new(), Vec::new());
+        let (mut replies_a, mut replies_b) = (Vec::new(), Vec::new());
+        let mut exchange = |m: &[u8]| {
+            // a sends (with the replies it owes b in front), b receives.
+            wire_ab.clear();
+            wire_ab.append(&mut replies_a);
+            let owed = wire_ab.len();
+            a.encode(m, &mut wire_ab).unwrap();
+            a.stamp_replies(&mut wire_ab[..owed]);
+            a.run_deferred_sample();
+            let mut echo = None;
+            for f in parse_all(&wire_ab, b.limits()).unwrap() {
+                echo = b.decode(f, &mut replies_b).unwrap().or(echo);
+            }
+            // b echoes, a receives.
+            wire_ba.clear();
+            wire_ba.append(&mut replies_b);
+            let owed = wire_ba.len();
+            b.encode(&echo.unwrap(), &mut wire_ba).unwrap();
+            b.stamp_replies(&mut wire_ba[..owed]);
+            b.run_deferred_sample();
+            let mut got = None;
+            for f in parse_all(&wire_ba, a.limits()).unwrap() {
+                got = a.decode(f, &mut replies_a).unwrap().or(got);
+            }
+            got.unwrap().len()
+        };
+        // Past the learning phase: what a long-running stream pays.
+        for m in msgs.iter().cycle().take(20_000) {
+            exchange(m);
+        }
+        let mut i = 0;
+        g.bench_function(policy, |bench| {
+            bench.iter(|| {
+                i = (i + 1) % msgs.len();
+                exchange(black_box(&msgs[i]))
+            })
+        });
+    }
+    g.finish();
+}
+
+criterion_group!(benches, codecs, decision, echo_exchange);
 criterion_main!(benches);
