@@ -884,12 +884,14 @@ impl Endpoint {
                 let now = self.now_ns();
                 if let Some(pos) = self.pending_probes.iter().position(|(s, _)| *s == r.seq) {
                     let (_, pad) = self.pending_probes.remove(pos).expect("position is valid");
-                    let rtt = now
-                        .saturating_sub(r.echoed_sent_ns)
-                        .saturating_sub(u64::from(r.held_ns));
-                    if r.seq < COLD_PROBES || r.held_ns == u32::MAX {
-                        // (a reply held for 4 s or more says nothing either)
+                    let raw = now.saturating_sub(r.echoed_sent_ns);
+                    let held = u64::from(r.held_ns);
+                    let rtt = raw.saturating_sub(held);
+                    if r.seq < COLD_PROBES {
                         // cold start: not a measurement of the link
+                    } else if r.held_ns == u32::MAX || held >= raw {
+                        // held for 4 s or more, or longer than the whole
+                        // round trip (impossible for an honest peer): no RTT
                     } else if pad == 0 {
                         if self.learner.observe_rtt(rtt) {
                             self.on_link_change();

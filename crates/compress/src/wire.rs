@@ -538,9 +538,8 @@ pub struct ProbeReply {
     /// How long the answering end held the reply before writing it (ns,
     /// saturating): the prober subtracts it from the round trip, like QUIC's
     /// ACK delay, so an application's think time between a request and its
-    /// next write does not count as network time. Written as 0 by
-    /// [`ProbeReply::encode`] and set just before the write by
-    /// [`ProbeReply::stamp_held`].
+    /// next write does not count as network time. The answering endpoint
+    /// encodes 0 and sets it just before the write ([`ProbeReply::stamp_held`]).
     pub held_ns: u32,
     pub reports: Vec<DecompressReport>,
 }
