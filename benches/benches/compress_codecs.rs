@@ -146,13 +146,7 @@ fn echo_exchange(c: &mut Criterion) {
         };
         let mut a = Endpoint::new(cfg.clone(), reg.clone());
         let mut b = Endpoint::new(cfg, reg.clone());
-        let (mut ha, mut hb) = (Vec::new(), Vec::new());
-        a.write_hello(&mut ha);
-        b.write_hello(&mut hb);
-        a.accept_hello(parse_all(&hb, a.limits()).unwrap().remove(0))
-            .unwrap();
-        b.accept_hello(parse_all(&ha, b.limits()).unwrap().remove(0))
-            .unwrap();
+        a.handshake_in_memory(&mut b).unwrap();
         let mut src = MessageSource::new(DataSet::Realistic, 512, 3);
         let msgs: Vec<Vec<u8>> = (0..1000).map(|_| src.next_message()).collect();
         let (mut wire_ab, mut wire_ba) = (Vec::new(), Vec::new());

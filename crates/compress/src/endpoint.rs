@@ -435,6 +435,22 @@ impl Endpoint {
         Ok(())
     }
 
+    /// Runs the handshake with `peer` in memory, without a connection (for
+    /// simulations, tests and benchmarks): each end takes the other's hello.
+    pub fn handshake_in_memory(&mut self, peer: &mut Endpoint) -> Result<(), WireError> {
+        let (mut mine, mut theirs) = (Vec::new(), Vec::new());
+        self.write_hello(&mut mine);
+        peer.write_hello(&mut theirs);
+        let hello = |bytes: &[u8], limits| {
+            crate::wire::parse_all(bytes, limits)?
+                .into_iter()
+                .next()
+                .ok_or_else(|| WireError::Handshake("no hello".into()))
+        };
+        self.accept_hello(hello(&theirs, self.limits())?)?;
+        peer.accept_hello(hello(&mine, peer.limits())?)
+    }
+
     /// The codecs this end may send with (after the handshake).
     pub fn send_codecs(&self) -> &[CodecId] {
         &self.send_codecs

@@ -31,16 +31,6 @@ fn deliver(from: &mut Endpoint, to: &mut Endpoint, bytes: &[u8]) -> Vec<Vec<u8>>
     msgs
 }
 
-fn connect(a: &mut Endpoint, b: &mut Endpoint) {
-    let (mut ha, mut hb) = (Vec::new(), Vec::new());
-    a.write_hello(&mut ha);
-    b.write_hello(&mut hb);
-    a.accept_hello(parse_all(&hb, a.limits()).unwrap().remove(0))
-        .unwrap();
-    b.accept_hello(parse_all(&ha, b.limits()).unwrap().remove(0))
-        .unwrap();
-}
-
 fn sim_config(policy: &str) -> StreamConfig {
     StreamConfig {
         policy: policy.parse().unwrap(),
@@ -62,7 +52,7 @@ fn pair(cfg: StreamConfig) -> (Endpoint, Endpoint) {
     let reg = Arc::new(Registry::standard());
     let mut a = Endpoint::new(cfg.clone(), reg.clone());
     let mut b = Endpoint::new(cfg, reg);
-    connect(&mut a, &mut b);
+    a.handshake_in_memory(&mut b).unwrap();
     (a, b)
 }
 
@@ -299,7 +289,7 @@ fn the_throttle_starts_at_zero_backs_off_under_load_and_resumes() {
         },
         reg,
     );
-    connect(&mut a, &mut b);
+    a.handshake_in_memory(&mut b).unwrap();
     let msg = b"status=ok;load=0.25;peer=node-7;".repeat(20);
     // Round 0 has no budget: nothing is compressed.
     let round0: Vec<CodecId> = (0..50).map(|_| send(&mut a, &mut b, &msg)).collect();

@@ -17,13 +17,7 @@ fn pair(config: StreamConfig) -> (Endpoint, Endpoint) {
     let reg = Arc::new(Registry::standard());
     let mut a = Endpoint::new(config.clone(), reg.clone());
     let mut b = Endpoint::new(config, reg);
-    let (mut ha, mut hb) = (Vec::new(), Vec::new());
-    a.write_hello(&mut ha);
-    b.write_hello(&mut hb);
-    a.accept_hello(parse_all(&hb, a.limits()).unwrap().remove(0))
-        .unwrap();
-    b.accept_hello(parse_all(&ha, b.limits()).unwrap().remove(0))
-        .unwrap();
+    a.handshake_in_memory(&mut b).unwrap();
     (a, b)
 }
 
