@@ -140,7 +140,7 @@ run() { # LABEL NS ADDR MESSAGES POLICY DATASET [extra client args]
 # for every other stream in it. IL_OUT names the output file (under results/).
 # Loopback runs 20,000 messages per stream: at 3,000, two `one:none` streams
 # in the same run differed by up to 2 % in their means (rare slow round trips
-# dominate a 20 µs mean).
+# dominate a 20 µs mean); IL_LOOPBACK_MESSAGES changes that.
 il_json="$out/${IL_OUT:-compression_interleaved.jsonl}"
 IL_SCALE="${IL_SCALE:-1}"
 IL_POLICIES="${IL_POLICIES:-$(IFS=,; echo "${policies[*]}")}"
@@ -158,7 +158,7 @@ if [[ "$PARTS" == *" il "* ]]; then
         il_target=127.0.0.1:47510
     fi
     sleep 0.5
-    il_profiles=("loopback|$B|127.0.0.1:47411|-|-|20000"
+    il_profiles=("loopback|$B|127.0.0.1:47411|-|-|${IL_LOOPBACK_MESSAGES:-20000}"
                  "1gbit-0.2ms|$A|$il_target|1gbit|0.2ms|3000"
                  "100mbit-1ms|$A|$il_target|100mbit|1ms|800"
                  "10mbit-5ms|$A|$il_target|10mbit|5ms|300")
