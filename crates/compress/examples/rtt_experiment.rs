@@ -295,6 +295,15 @@ impl RunArgs {
     }
 }
 
+/// `--csv FILE`: the per-message file, with its header written.
+fn csv_file(args: &[String], header: &str) -> Option<std::io::BufWriter<std::fs::File>> {
+    arg(args, "--csv").map(|p| {
+        let mut f = std::io::BufWriter::new(std::fs::File::create(p).expect("csv"));
+        writeln!(f, "{header}").unwrap();
+        f
+    })
+}
+
 fn client(args: &[String]) {
     let RunArgs {
         addr,
@@ -330,11 +339,7 @@ fn client(args: &[String]) {
     let mut s = open_stream(&addr, &policy, round, cpu_target, &aggregate, &reg);
     let mut src = MessageSource::new(set, size, 7);
     let mut later = change_to.map(|d| MessageSource::new(d, size, 11));
-    let mut csv = arg(args, "--csv").map(|p| {
-        let mut f = std::io::BufWriter::new(std::fs::File::create(p).expect("csv"));
-        writeln!(f, "i,t_ms,rtt_ns,codec,chosen,cpu_util,cpu_share,bytes").unwrap();
-        f
-    });
+    let mut csv = csv_file(args, "i,t_ms,rtt_ns,codec,chosen,cpu_util,cpu_share,bytes");
     let mut rtts = Vec::with_capacity(n);
     let trace = std::env::var_os("HWQOS_TRACE").is_some();
     // Phases: delimited by the content change and every hook (a link
@@ -547,11 +552,7 @@ fn interleave(args: &[String]) {
     let mut rng = hwqos_compress::policy::Rng::new(seed);
     // --csv FILE: one row per message (which stream, its RTT, the codec it
     // went with, and whether a probe or a sample rode with it).
-    let mut csv = arg(args, "--csv").map(|p| {
-        let mut f = std::io::BufWriter::new(std::fs::File::create(p).expect("csv"));
-        writeln!(f, "cycle,stream,policy,rtt_ns,codec,probe,sample").unwrap();
-        f
-    });
+    let mut csv = csv_file(args, "cycle,stream,policy,rtt_ns,codec,probe,sample");
     for cycle in 0..n {
         // Fisher-Yates: a new order every cycle.
         for i in (1..order.len()).rev() {
