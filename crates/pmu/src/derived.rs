@@ -159,7 +159,8 @@ const MISS_RATIOS: &[(&str, &str, &str)] = &[
 /// Everything derivable from one group's (scaled) counts over an interval of
 /// `interval_ns`: rates per second for every counter, IPC/CPI, miss ratios,
 /// CPU utilization (`sw.task_clock` / interval; may exceed 1 for processes with
-/// several running threads) and the CPI stack components. Ratios whose
+/// several running threads; meaningless over a whole CPU, whose clock also
+/// runs while it idles, so the sampler drops it for CPU scopes) and the CPI stack components. Ratios whose
 /// denominator is zero are left out rather than reported as 0 or infinity.
 pub fn derive(
     counts: &HashMap<MetricName, f64>,

@@ -778,7 +778,14 @@ fn report(
             counts.insert(event.metric.clone(), value);
         }
     }
+    // A CPU-wide task-clock also runs while the CPU idles, so over a CPU it
+    // measures the interval, not busy time: a CPU's utilization is /proc/stat's
+    // non-idle share (`os.cpu.util`), never task-clock over the interval.
+    let counts_only_busy_time = !matches!(scope, Scope::Cpu { .. } | Scope::System);
     for (metric, value) in derived::derive(&counts, interval_ns, penalties) {
+        if !counts_only_busy_time && metric.as_str() == "derived.cpu_utilization" {
+            continue;
+        }
         out.push(Sample::gauge(time, scope.clone(), metric, value));
     }
 }
@@ -793,6 +800,51 @@ mod tests {
             time_enabled: e,
             time_running: run,
         }
+    }
+
+    #[test]
+    fn a_cpu_scope_has_no_task_clock_utilization() {
+        let event = Event {
+            name: "task-clock".into(),
+            metric: MetricName::from_static("sw.task_clock"),
+            attr: crate::EventAttr {
+                type_: crate::event::perf_type::SOFTWARE,
+                config: 1,
+                config1: 0,
+                config2: 0,
+            },
+            source: crate::EventSource::Generic,
+        };
+        let whole_interval = GroupReading {
+            time_enabled: 1_000_000,
+            time_running: 1_000_000,
+            values: vec![1_000_000],
+        };
+        let util = |scope: Scope| {
+            let mut out = Vec::new();
+            report(
+                &scope,
+                Timestamp {
+                    mono_ns: 0,
+                    wall_ns: 0,
+                },
+                std::slice::from_ref(&event),
+                std::slice::from_ref(&whole_interval),
+                1_000_000,
+                &CpiPenalties::default(),
+                &mut out,
+            );
+            assert!(out.iter().any(|s| s.metric.as_str() == "sw.task_clock"));
+            out.iter()
+                .find(|s| s.metric.as_str() == "derived.cpu_utilization")
+                .map(|s| s.value)
+        };
+        assert_eq!(util(Scope::Process { pid: 1 }), Some(1.0));
+        assert_eq!(
+            util(Scope::Cpu { cpu: 0 }),
+            None,
+            "idle time is not busy time"
+        );
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! The shipped counter backend: Linux `perf_event_open` through perf-event2.
 //!
-//! Every group is a leader plus members opened disabled with read format
+//! Every group is a disabled leader plus members opened enabled (perf's own
+//! way: the leader's state gates the group) with read format
 //! `TOTAL_TIME_ENABLED | TOTAL_TIME_RUNNING | GROUP | ID`, so one `read(2)` returns
 //! the whole group with the times the kernel used for multiplexing. Task groups
 //! may be opened with `inherit`: the kernel then counts threads and child
@@ -104,7 +105,11 @@ impl PerfBackend {
                         | ReadFormat::GROUP
                         | ReadFormat::ID,
                 )
-                .enabled(false)
+                // Only the leader starts disabled, as perf opens groups: the
+                // leader's state gates the whole group, and members opened
+                // disabled were seen to stay at 0 in CPU-wide groups
+                // (kernel 6.18) even after a group enable.
+                .enabled(!counters.is_empty())
                 .exclude_kernel(user_only)
                 .exclude_hv(true);
             match target {
@@ -332,6 +337,58 @@ mod tests {
             r.values[0] >= PAGES as u64 / 2,
             "the exited thread's faults are included: {r:?}"
         );
+    }
+
+    /// Regression: members opened disabled stayed at 0 in CPU-wide groups led
+    /// by a software event, although the leader counted (kernel 6.18). A
+    /// thread pinned to the counted CPU touches fresh pages and sleeps, so
+    /// every member has a known lower bound.
+    #[test]
+    fn every_member_of_a_cpu_wide_group_counts() {
+        const PAGES: usize = 2_000;
+        let mut b = PerfBackend::new();
+        let events = [
+            sw("task-clock", "sw.task_clock", 1),
+            sw("page-faults", "sw.page_faults", 2),
+            sw("context-switches", "sw.context_switches", 3),
+        ];
+        let g = b.open_group(&CountTarget::Cpu { cpu: 0 }, &events).unwrap();
+        assert_eq!(b.read(g).unwrap().values, vec![0, 0, 0], "not yet enabled");
+        b.enable(g).unwrap();
+        std::thread::spawn(|| {
+            let mut only_cpu0 = nix::sched::CpuSet::new();
+            only_cpu0.set(0).unwrap();
+            nix::sched::sched_setaffinity(nix::unistd::Pid::from_raw(0), &only_cpu0).unwrap();
+            hwqos_core::mem::touch_fresh_pages(PAGES).unwrap();
+            for _ in 0..10 {
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
+        })
+        .join()
+        .unwrap();
+        b.disable(g).unwrap();
+        let r = b.read(g).unwrap();
+        assert!(r.values[0] > 0, "task clock: {r:?}");
+        assert!(r.values[1] >= PAGES as u64, "page faults: {r:?}");
+        assert!(r.values[2] >= 10, "context switches: {r:?}");
+        assert_eq!(r, b.read(g).unwrap(), "a disabled group does not count");
+    }
+
+    /// The same known answer through a task group led by task-clock.
+    #[test]
+    fn every_member_of_a_task_group_counts() {
+        const PAGES: usize = 2_000;
+        let mut b = PerfBackend::new();
+        let events = [
+            sw("task-clock", "sw.task_clock", 1),
+            sw("page-faults", "sw.page_faults", 2),
+        ];
+        let g = b.open_group(&me(), &events).unwrap();
+        b.enable(g).unwrap();
+        hwqos_core::mem::touch_fresh_pages(PAGES).unwrap();
+        b.disable(g).unwrap();
+        let r = b.read(g).unwrap();
+        assert!(r.values[0] > 0 && r.values[1] >= PAGES as u64, "{r:?}");
     }
 
     #[test]
