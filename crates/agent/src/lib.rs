@@ -1,9 +1,13 @@
 //! Plumbing every hwqos agent binary needs and that the libraries must not
 //! depend on (hwqos-core stays free of tokio, axum and tracing-subscriber):
-//! the logging set-up and the OpenMetrics `/metrics` endpoint.
+//! the logging set-up, the OpenMetrics `/metrics` endpoint (with bounded
+//! connections: a header-read timeout, a lifetime and a connection cap) and
+//! bounded reads of configuration files ([`read_config_file`]).
 
-use std::io::IsTerminal;
+use std::io::{IsTerminal, Read};
+use std::path::Path;
 use std::sync::Arc;
+use std::time::Duration;
 
 /// The content type of an OpenMetrics 1.0 text exposition.
 pub const OPENMETRICS_CONTENT_TYPE: &str =
@@ -59,12 +63,51 @@ pub fn number(v: f64) -> String {
 /// Renders the current exposition for a scrape.
 pub type RenderMetrics = Arc<dyn Fn() -> String + Send + Sync>;
 
+/// Bounds on the connections of the `/metrics` server, so that slow or idle
+/// clients cannot hold it (slowloris) or grow the agent.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MetricsLimits {
+    /// A client must send a request's whole header within this; it also bounds
+    /// how long an idle keep-alive connection waits for its next request.
+    pub header_read_timeout: Duration,
+    /// After this a connection is closed once its request in flight is answered…
+    pub max_connection_age: Duration,
+    /// …or, at the latest, this much later (a client that does not read its response).
+    pub close_grace: Duration,
+    /// Connections served at once; further connections are closed on accept.
+    pub max_connections: usize,
+}
+
+impl Default for MetricsLimits {
+    /// 10 s to send a header, connections live 60 s (+ 5 s to finish a
+    /// response), 128 at once: far above what a Prometheus server needs.
+    fn default() -> Self {
+        MetricsLimits {
+            header_read_timeout: Duration::from_secs(10),
+            max_connection_age: Duration::from_secs(60),
+            close_grace: Duration::from_secs(5),
+            max_connections: 128,
+        }
+    }
+}
+
 /// Serves `GET /metrics` with what `render` returns until `stop` changes
-/// (or its sender is dropped), then finishes the requests in flight.
+/// (or its sender is dropped), then finishes the requests in flight; with the
+/// default [`MetricsLimits`].
 pub async fn serve_metrics(
     listener: tokio::net::TcpListener,
     render: RenderMetrics,
+    stop: tokio::sync::watch::Receiver<bool>,
+) {
+    serve_metrics_with(listener, render, stop, MetricsLimits::default()).await;
+}
+
+/// [`serve_metrics`] with explicit connection bounds.
+pub async fn serve_metrics_with(
+    listener: tokio::net::TcpListener,
+    render: RenderMetrics,
     mut stop: tokio::sync::watch::Receiver<bool>,
+    limits: MetricsLimits,
 ) {
     use axum::http::header;
     use axum::routing::get;
@@ -75,13 +118,165 @@ pub async fn serve_metrics(
             async move { ([(header::CONTENT_TYPE, OPENMETRICS_CONTENT_TYPE)], render()) }
         }),
     );
-    let r = axum::serve(listener, app)
-        .with_graceful_shutdown(async move {
-            let _ = stop.changed().await;
-        })
-        .await;
-    if let Err(e) = r {
-        tracing::error!("/metrics server failed: {e}");
+    let service = hyper_util::service::TowerToHyperService::new(app);
+    let mut connections = tokio::task::JoinSet::new();
+    let mut refused: u64 = 0;
+    loop {
+        tokio::select! {
+            accepted = listener.accept() => {
+                let stream = match accepted {
+                    Ok((stream, _)) => stream,
+                    Err(e) => {
+                        // EMFILE and the like: do not spin on the error.
+                        tracing::debug!("/metrics accept failed: {e}");
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                        continue;
+                    }
+                };
+                while connections.try_join_next().is_some() {}
+                if connections.len() >= limits.max_connections {
+                    refused += 1;
+                    // Once per power of two: a flood must not flood the log.
+                    if refused.is_power_of_two() {
+                        tracing::warn!(
+                            "/metrics: {} connections open, refusing more ({refused} refused so far)",
+                            limits.max_connections
+                        );
+                    }
+                    drop(stream);
+                    continue;
+                }
+                connections.spawn(metrics_connection(stream, service.clone(), stop.clone(), limits));
+            }
+            _ = stop.changed() => break,
+        }
+    }
+    drop(listener);
+    let wait_all = async { while connections.join_next().await.is_some() {} };
+    if tokio::time::timeout(limits.close_grace + Duration::from_secs(1), wait_all)
+        .await
+        .is_err()
+    {
+        connections.abort_all();
+    }
+}
+
+async fn metrics_connection<S>(
+    stream: tokio::net::TcpStream,
+    service: S,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+    limits: MetricsLimits,
+) where
+    S: hyper::service::Service<
+            hyper::Request<hyper::body::Incoming>,
+            Response = hyper::Response<axum::body::Body>,
+        > + Send
+        + 'static,
+    S::Future: Send + 'static,
+    S::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    let mut builder = hyper::server::conn::http1::Builder::new();
+    builder
+        .timer(hyper_util::rt::TokioTimer::new())
+        .header_read_timeout(limits.header_read_timeout);
+    let conn = builder.serve_connection(hyper_util::rt::TokioIo::new(stream), service);
+    tokio::pin!(conn);
+    let age = tokio::time::sleep(limits.max_connection_age);
+    tokio::pin!(age);
+    tokio::select! {
+        r = conn.as_mut() => {
+            if let Err(e) = r {
+                tracing::debug!("/metrics connection ended: {e}");
+            }
+            return;
+        }
+        _ = &mut age => {}
+        _ = stop.changed() => {}
+    }
+    conn.as_mut().graceful_shutdown();
+    let _ = tokio::time::timeout(limits.close_grace, conn).await;
+}
+
+/// Reads a file that must be a regular file of at most `max_bytes` bytes (a
+/// configuration, model or contract): a FIFO, device, directory or socket is
+/// refused without blocking on it and without reading it, and a larger file
+/// is refused rather than read into memory. Errors say what was wrong (the
+/// caller names the path); their kind is `InvalidInput` for a file that is not
+/// regular and `InvalidData` for one that is too large.
+pub fn read_file_bounded(path: &Path, max_bytes: u64) -> std::io::Result<Vec<u8>> {
+    use std::io::{Error, ErrorKind};
+    use std::os::unix::fs::OpenOptionsExt;
+    let not_regular = |t: std::fs::FileType| {
+        Error::new(
+            ErrorKind::InvalidInput,
+            format!("is {}, not a regular file", file_kind(t)),
+        )
+    };
+    let too_large = || {
+        Error::new(
+            ErrorKind::InvalidData,
+            format!("is larger than {max_bytes} bytes, the most accepted for this file"),
+        )
+    };
+    // Checked before opening (opening a socket fails with a confusing ENXIO) and
+    // again on the open file (the path may have changed in between). O_NONBLOCK:
+    // opening a FIFO without a writer must not wait for one.
+    let meta = std::fs::metadata(path)?;
+    if !meta.file_type().is_file() {
+        return Err(not_regular(meta.file_type()));
+    }
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
+        .open(path)?;
+    let meta = file.metadata()?;
+    if !meta.file_type().is_file() {
+        return Err(not_regular(meta.file_type()));
+    }
+    if meta.len() > max_bytes {
+        return Err(too_large());
+    }
+    let mut buf = Vec::with_capacity(meta.len() as usize);
+    file.take(max_bytes.saturating_add(1))
+        .read_to_end(&mut buf)?;
+    if buf.len() as u64 > max_bytes {
+        return Err(too_large());
+    }
+    Ok(buf)
+}
+
+/// [`read_file_bounded`] for text: the file must also be UTF-8.
+pub fn read_config_file(path: &Path, max_bytes: u64) -> std::io::Result<String> {
+    String::from_utf8(read_file_bounded(path, max_bytes)?).map_err(|e| {
+        std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!(
+                "is not UTF-8 text (invalid byte at offset {})",
+                e.utf8_error().valid_up_to()
+            ),
+        )
+    })
+}
+
+/// The largest configuration file the agents read: far above any real one.
+pub const MAX_CONFIG_BYTES: u64 = 1 << 20;
+
+fn file_kind(t: std::fs::FileType) -> &'static str {
+    use std::os::unix::fs::FileTypeExt;
+    if t.is_dir() {
+        "a directory"
+    } else if t.is_fifo() {
+        "a FIFO"
+    } else if t.is_char_device() {
+        "a character device"
+    } else if t.is_block_device() {
+        "a block device"
+    } else if t.is_socket() {
+        "a socket"
+    } else if t.is_symlink() {
+        "a symbolic link"
+    } else {
+        "a special file"
     }
 }
 
@@ -126,5 +321,177 @@ mod tests {
         assert!(reply.ends_with("up 1\n# EOF\n"), "{reply}");
         stop.send(true).unwrap();
         server.await.unwrap();
+    }
+
+    fn quick_limits() -> MetricsLimits {
+        MetricsLimits {
+            header_read_timeout: Duration::from_secs(1),
+            max_connection_age: Duration::from_secs(60),
+            close_grace: Duration::from_secs(1),
+            max_connections: 4,
+        }
+    }
+
+    /// Reads until the server closes the connection; `Err` if it is still
+    /// open after `bound` (a generous bound, not a speed assertion).
+    async fn closed_within(conn: &mut tokio::net::TcpStream, bound: Duration) -> Result<(), ()> {
+        let mut buf = [0u8; 1024];
+        tokio::time::timeout(bound, async {
+            loop {
+                match conn.read(&mut buf).await {
+                    Ok(0) | Err(_) => return,
+                    Ok(_) => {}
+                }
+            }
+        })
+        .await
+        .map_err(|_| ())
+    }
+
+    #[tokio::test]
+    async fn slow_header_and_silent_clients_are_disconnected() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (stop, stop_rx) = tokio::sync::watch::channel(false);
+        let server = tokio::spawn(serve_metrics_with(
+            listener,
+            Arc::new(|| "up 1\n# EOF\n".to_string()),
+            stop_rx,
+            quick_limits(),
+        ));
+        // Half a request line, then nothing (slowloris).
+        let mut half = tokio::net::TcpStream::connect(addr).await.unwrap();
+        half.write_all(b"GET /metr").await.unwrap();
+        // Connected, never sends a byte.
+        let mut silent = tokio::net::TcpStream::connect(addr).await.unwrap();
+        // The header timeout is 1 s; 30 s is a generous bound (without a
+        // timeout both stay open for ever).
+        assert!(
+            closed_within(&mut half, Duration::from_secs(30))
+                .await
+                .is_ok(),
+            "a client that sent half a request line is still connected after 30 s"
+        );
+        assert!(
+            closed_within(&mut silent, Duration::from_secs(30))
+                .await
+                .is_ok(),
+            "a silent client is still connected after 30 s"
+        );
+        // Good scrapes still work.
+        let mut conn = tokio::net::TcpStream::connect(addr).await.unwrap();
+        conn.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            .await
+            .unwrap();
+        let mut reply = String::new();
+        conn.read_to_string(&mut reply).await.unwrap();
+        assert!(reply.starts_with("HTTP/1.1 200"), "{reply}");
+        stop.send(true).unwrap();
+        tokio::time::timeout(Duration::from_secs(30), server)
+            .await
+            .expect("server stops")
+            .unwrap();
+    }
+
+    #[tokio::test]
+    async fn connections_beyond_the_cap_are_closed_and_the_server_recovers() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (stop, stop_rx) = tokio::sync::watch::channel(false);
+        let limits = MetricsLimits {
+            header_read_timeout: Duration::from_secs(60),
+            ..quick_limits()
+        };
+        let server = tokio::spawn(serve_metrics_with(
+            listener,
+            Arc::new(|| "up 1\n# EOF\n".to_string()),
+            stop_rx,
+            limits,
+        ));
+        let mut held = Vec::new();
+        for _ in 0..limits.max_connections {
+            let mut c = tokio::net::TcpStream::connect(addr).await.unwrap();
+            c.write_all(b"GET /").await.unwrap();
+            held.push(c);
+        }
+        // Make sure the server has accepted those four before the fifth.
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let mut extra = tokio::net::TcpStream::connect(addr).await.unwrap();
+        assert!(
+            closed_within(&mut extra, Duration::from_secs(30))
+                .await
+                .is_ok(),
+            "a connection beyond max_connections was kept"
+        );
+        drop(held);
+        // Once they are gone, scrapes are served again.
+        let mut reply = String::new();
+        for _ in 0..300 {
+            let mut conn = tokio::net::TcpStream::connect(addr).await.unwrap();
+            conn.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+                .await
+                .unwrap();
+            reply.clear();
+            let _ = conn.read_to_string(&mut reply).await;
+            if reply.starts_with("HTTP/1.1 200") {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        assert!(reply.starts_with("HTTP/1.1 200"), "{reply}");
+        stop.send(true).unwrap();
+        tokio::time::timeout(Duration::from_secs(30), server)
+            .await
+            .expect("server stops")
+            .unwrap();
+    }
+
+    #[test]
+    fn config_files_must_be_regular_bounded_and_utf8() {
+        let dir = tempfile::tempdir().unwrap();
+        let ok = dir.path().join("ok.toml");
+        std::fs::write(&ok, "rate_hz = 10\n").unwrap();
+        assert_eq!(read_config_file(&ok, 100).unwrap(), "rate_hz = 10\n");
+
+        let err = |p: &Path, max: u64| read_config_file(p, max).unwrap_err().to_string();
+        assert!(
+            err(&ok, 5).contains("larger than 5 bytes"),
+            "{}",
+            err(&ok, 5)
+        );
+        assert!(
+            err(dir.path(), 100).contains("is a directory, not a regular file"),
+            "{}",
+            err(dir.path(), 100)
+        );
+        // /dev/zero would grow the reader without bound; it is refused unread.
+        let zero = Path::new("/dev/zero");
+        assert!(
+            err(zero, MAX_CONFIG_BYTES).contains("is a character device, not a regular file"),
+            "{}",
+            err(zero, MAX_CONFIG_BYTES)
+        );
+        // A FIFO without a writer would block a plain read for ever.
+        let fifo = dir.path().join("fifo");
+        let c = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).unwrap();
+        // SAFETY: mkfifo(3) with a valid NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        assert!(
+            err(&fifo, 100).contains("is a FIFO, not a regular file"),
+            "{}",
+            err(&fifo, 100)
+        );
+        let bad = dir.path().join("bad.toml");
+        std::fs::write(&bad, b"a = 1\n\xff\n").unwrap();
+        assert!(
+            err(&bad, 100).contains("not UTF-8 text (invalid byte at offset 6)"),
+            "{}",
+            err(&bad, 100)
+        );
+        let missing = dir.path().join("missing.toml");
+        assert_eq!(
+            read_config_file(&missing, 100).unwrap_err().kind(),
+            std::io::ErrorKind::NotFound
+        );
     }
 }
