@@ -344,7 +344,7 @@ impl Endpoint {
                 max_message: config.max_message,
             },
             learner: Learner::new(config.alpha, config.link_ns_per_byte),
-            budget_ns: throttle.as_ref().map(|_| 0),
+            budget_ns: throttle.as_ref().map(Throttle::initial_budget_ns),
             throttle,
             shared_throttle: None,
             selector,
@@ -482,18 +482,18 @@ impl Endpoint {
     }
 
     /// Replaces the throttle, a shared one included (`None`: unlimited
-    /// budget); a new throttle starts from a zero budget and reads the
+    /// budget); a new throttle starts from its initial budget and reads the
     /// source its `cpu_aggregate` names.
     pub fn set_throttle(&mut self, throttle: Option<ThrottleConfig>) {
         self.shared_throttle = None;
         self.config.throttle = throttle;
         self.throttle = throttle.map(|t| Throttle::new(t, t.cpu_aggregate.source()));
-        self.budget_ns = self.throttle.as_ref().map(|_| 0);
+        self.budget_ns = self.throttle.as_ref().map(Throttle::initial_budget_ns);
     }
 
     /// Draws compression time from `shared`, the process's one throttle,
     /// instead of this stream's own (`None`: back to the configured own
-    /// throttle, starting from a zero budget).
+    /// throttle, starting from its initial budget).
     pub fn set_shared_throttle(&mut self, shared: Option<SharedThrottle>) {
         match shared {
             Some(t) => {
@@ -575,7 +575,11 @@ impl Endpoint {
         let changed = adaptive && summary.max_ratio_change > threshold;
         self.selector.start_round(&self.learner, changed);
         let used = self.spent_ns;
-        self.budget_ns = self.throttle.as_mut().map(|t| t.round_budget(wall, used));
+        let previous = self.budget_ns.unwrap_or(0);
+        self.budget_ns = self
+            .throttle
+            .as_mut()
+            .map(|t| t.next_budget(wall, used, previous));
         self.round_index += 1;
         self.sent_in_round = 0;
         self.spent_ns = 0;

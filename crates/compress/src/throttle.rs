@@ -1,7 +1,12 @@
 //! The compression throttle (thesis 7.2.6–7.2.7, 7.3.3): a PID controller
 //! from current CPU utilization to the share of one CPU that compression may
-//! use, turned into a time budget per round. The budget starts at 0; when a
-//! round's budget is spent, messages go uncompressed.
+//! use, turned into a time budget per round. Until the first reading the
+//! share is [`ThrottleConfig::initial_share`] (the controller's integral
+//! starts there) and the first round's budget is that share of
+//! [`INITIAL_WINDOW`], so a short stream compresses from its first message
+//! (the thesis started from 0, which left every stream shorter than two
+//! readings uncompressed); when a round's budget is spent, messages go
+//! uncompressed.
 //!
 //! The input is the utilization of the CPUs over the last interval, computed
 //! from `/proc/stat` per-CPU tick deltas (hwqos-pmu's procfs parser), not the
@@ -52,7 +57,7 @@ impl CpuAggregate {
     /// it is still one CFS period, so quota throttling averages out).
     pub fn source(self) -> Box<dyn CpuLoad> {
         match self {
-            CpuAggregate::Cgroup => Box::new(CgroupLoad::own(Duration::from_millis(100))),
+            CpuAggregate::Cgroup => Box::new(CgroupLoad::own(Duration::from_millis(100)).primed()),
             other => Box::new(ProcStatLoad::with_aggregate(other)),
         }
     }
@@ -133,6 +138,12 @@ impl CgroupLoad {
             })
             .unwrap_or_default();
         CgroupLoad::new(root.join(unified), min_interval)
+    }
+
+    /// Takes the first usage reading now.
+    pub fn primed(mut self) -> Self {
+        self.last = self.usage_ns().map(|u| (Instant::now(), u));
+        self
     }
 
     /// CPU the cgroup used so far (ns).
@@ -235,9 +246,17 @@ impl ProcStatLoad {
         ProcStatLoad::with_aggregate(CpuAggregate::Mean)
     }
 
-    /// `/proc`, 200 ms, combined with `aggregate`.
+    /// `/proc`, 200 ms, combined with `aggregate`; primed (the first
+    /// snapshot is taken now, so the first utilization is due 200 ms after
+    /// creation rather than 200 ms after the first call).
     pub fn with_aggregate(aggregate: CpuAggregate) -> Self {
-        ProcStatLoad::new("/proc", aggregate, Duration::from_millis(200))
+        ProcStatLoad::new("/proc", aggregate, Duration::from_millis(200)).primed()
+    }
+
+    /// Takes the first snapshot now.
+    pub fn primed(mut self) -> Self {
+        self.last = self.read().map(|s| (Instant::now(), s));
+        self
     }
 
     fn read(&self) -> Option<BTreeMap<u32, CpuTimes>> {
@@ -336,6 +355,11 @@ pub struct ThrottleConfig {
     /// How per-CPU utilizations combine into the input (for the
     /// `/proc/stat` source that [`crate::Endpoint::new`] creates).
     pub cpu_aggregate: CpuAggregate,
+    /// Share of one CPU compression gets before the first reading (the
+    /// controller's integral starts there; at most `max_share`). 0 is the
+    /// thesis' start, which kept every stream shorter than two readings
+    /// (400 ms) uncompressed.
+    pub initial_share: f64,
 }
 
 impl Default for ThrottleConfig {
@@ -348,13 +372,49 @@ impl Default for ThrottleConfig {
             max_share: 1.0,
             integral_limit: 1.0,
             cpu_aggregate: CpuAggregate::Mean,
+            initial_share: 0.5,
         }
+    }
+}
+
+/// Wall time whose worth of the initial share the first round may spend
+/// (and the most unused budget a round carries over, see
+/// [`Throttle::next_budget`]).
+pub const INITIAL_WINDOW: Duration = Duration::from_millis(100);
+
+/// The PID controller (the `pid` crate's semantics: proportional and
+/// integral terms each limited, derivative on the measurement, output
+/// limited), with an integral that can start at a given value.
+#[derive(Clone, Debug)]
+struct Controller {
+    setpoint: f64,
+    kp: f64,
+    ki: f64,
+    kd: f64,
+    limit: f64,
+    i_limit: f64,
+    integral: f64,
+    prev: Option<f64>,
+}
+
+impl Controller {
+    fn output(&mut self, measurement: f64) -> f64 {
+        let lim = |l: f64, v: f64| v.clamp(-l, l);
+        let error = self.setpoint - measurement;
+        let p = lim(self.limit, self.kp * error);
+        self.integral = lim(self.i_limit, self.integral + self.ki * error);
+        let d = lim(
+            self.limit,
+            -self.kd * self.prev.map_or(0.0, |prev| measurement - prev),
+        );
+        self.prev = Some(measurement);
+        lim(self.limit, p + self.integral + d)
     }
 }
 
 /// The PID throttle of one stream.
 pub struct Throttle {
-    pid: pid::Pid<f64>,
+    pid: Controller,
     config: ThrottleConfig,
     load: Box<dyn CpuLoad>,
     share: f64,
@@ -366,15 +426,21 @@ pub struct Throttle {
 
 impl Throttle {
     pub fn new(config: ThrottleConfig, load: Box<dyn CpuLoad>) -> Self {
-        let mut pid = pid::Pid::new(config.target, config.max_share);
-        pid.p(config.kp, config.max_share)
-            .i(config.ki, config.integral_limit * config.max_share)
-            .d(config.kd, config.max_share);
+        let share = config.initial_share.clamp(0.0, config.max_share);
         Throttle {
-            pid,
+            pid: Controller {
+                setpoint: config.target,
+                kp: config.kp,
+                ki: config.ki,
+                kd: config.kd,
+                limit: config.max_share,
+                i_limit: config.integral_limit * config.max_share,
+                integral: share,
+                prev: None,
+            },
             config,
             load,
-            share: 0.0,
+            share,
             last_util: None,
             used_ns: 0,
             wall_ns: 0,
@@ -384,11 +450,16 @@ impl Throttle {
     /// Changes the target utilization (keeps the integral).
     pub fn set_target(&mut self, target: f64) {
         self.config.target = target;
-        self.pid.setpoint(target);
+        self.pid.setpoint = target;
     }
 
     pub fn config(&self) -> ThrottleConfig {
         self.config
+    }
+
+    /// The first round's budget (ns): the initial share of [`INITIAL_WINDOW`].
+    pub fn initial_budget_ns(&self) -> u64 {
+        (self.share * INITIAL_WINDOW.as_nanos() as f64) as u64
     }
 
     /// Updates the controller if a fresh utilization is available and returns
@@ -415,17 +486,35 @@ impl Throttle {
             self.wall_ns = 0;
             self.pid.i_limit =
                 (1.5 * used + 0.05).min(self.config.integral_limit) * self.config.max_share;
-            let out = self.pid.next_control_output(u).output;
+            let out = self.pid.output(u);
             self.share = out.clamp(0.0, self.config.max_share);
             if u >= self.overload_threshold() {
                 // Overload (thesis 7.2.6): stop compressing at once rather
                 // than at the gentle rate that keeps the loop steady near
                 // the target, and ramp up again from nothing.
-                self.pid.reset_integral_term();
+                self.pid.integral = 0.0;
                 self.share = 0.0;
             }
         }
         (self.share * round_wall_ns as f64) as u64
+    }
+
+    /// The next round's budget for an [`crate::Endpoint`]: this round's
+    /// [`round_budget`](Self::round_budget) plus what the round left unspent
+    /// of `previous_budget_ns`, at most the share of the longer of the round
+    /// and [`INITIAL_WINDOW`]. Short rounds (messages back to back) then keep
+    /// the budget they did not use instead of each getting the share of a
+    /// few microseconds.
+    pub fn next_budget(
+        &mut self,
+        round_wall_ns: u64,
+        round_used_ns: u64,
+        previous_budget_ns: u64,
+    ) -> u64 {
+        let fresh = self.round_budget(round_wall_ns, round_used_ns);
+        let left = previous_budget_ns.saturating_sub(round_used_ns);
+        let cap = self.share * round_wall_ns.max(INITIAL_WINDOW.as_nanos() as u64) as f64;
+        (fresh.saturating_add(left) as f64).min(cap) as u64
     }
 
     /// [`Throttle::round_budget`] for a caller that does not track use
@@ -464,7 +553,8 @@ const SHARED_BURST: Duration = Duration::from_millis(100);
 /// were enough with the first gains). A shared throttle runs one controller
 /// for the process: its share of one CPU is a bucket of compression time
 /// that fills at that share of the wall time (at most
-/// 100 ms' worth is kept) and that every stream draws from.
+/// 100 ms' worth is kept; it starts full at the initial share) and that
+/// every stream draws from.
 #[derive(Clone)]
 pub struct SharedThrottle {
     inner: std::sync::Arc<std::sync::Mutex<SharedState>>,
@@ -487,12 +577,17 @@ impl SharedThrottle {
 
     /// The same with another CPU-load source (simulations, tests).
     pub fn with_cpu_load(config: ThrottleConfig, load: Box<dyn CpuLoad>) -> Self {
+        let throttle = Throttle::new(config, load);
+        // The bucket starts full at the initial share (see
+        // `ThrottleConfig::initial_share`): the first connections compress
+        // before the controller's first reading.
+        let tokens_ns = i64::try_from(throttle.initial_budget_ns()).unwrap_or(i64::MAX);
         SharedThrottle {
             inner: std::sync::Arc::new(std::sync::Mutex::new(SharedState {
-                throttle: Throttle::new(config, load),
+                throttle,
                 last_refill: Instant::now(),
                 charged_ns: 0,
-                tokens_ns: 0,
+                tokens_ns,
             })),
         }
     }
