@@ -25,6 +25,53 @@ pub struct EventAttr {
     pub config1: u64,
     #[serde(default)]
     pub config2: u64,
+    /// The privilege levels counted (perf's `:u` / `:k` modifiers).
+    #[serde(default, skip_serializing_if = "Modes::is_all")]
+    pub modes: Modes,
+}
+
+/// Which privilege levels an event counts: perf's event modifiers `:u` (user
+/// mode only) and `:k` (kernel mode only); no modifier (or `:uk`) counts both.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Modes {
+    /// User and kernel mode (no modifier).
+    #[default]
+    All,
+    /// `:u`: user mode only.
+    User,
+    /// `:k`: kernel mode only.
+    Kernel,
+}
+
+impl Modes {
+    /// Whether both user and kernel mode are counted.
+    pub fn is_all(&self) -> bool {
+        *self == Modes::All
+    }
+
+    /// Parses perf's modifier letters after the `:` (`u`, `k`, `uk`, `ku`).
+    /// Other perf modifiers are refused with the reason.
+    pub fn parse(modifiers: &str) -> Result<Modes, String> {
+        let (mut user, mut kernel) = (false, false);
+        for c in modifiers.chars() {
+            match c {
+                'u' => user = true,
+                'k' => kernel = true,
+                other => {
+                    return Err(format!(
+                        "event modifier `{other}` is not supported (hwqos knows `u` and `k`)"
+                    ))
+                }
+            }
+        }
+        match (user, kernel) {
+            (true, false) => Ok(Modes::User),
+            (false, true) => Ok(Modes::Kernel),
+            (true, true) => Ok(Modes::All),
+            (false, false) => Err("an empty event modifier after `:`".to_string()),
+        }
+    }
 }
 
 impl EventAttr {

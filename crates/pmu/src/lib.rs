@@ -28,4 +28,4 @@ pub mod spec;
 pub mod target;
 
 pub use error::PmuError;
-pub use event::{Event, EventAttr, EventSource};
+pub use event::{Event, EventAttr, EventSource, Modes};

@@ -812,6 +812,7 @@ mod tests {
                 config: 1,
                 config1: 0,
                 config2: 0,
+                modes: Default::default(),
             },
             source: crate::EventSource::Generic,
         };

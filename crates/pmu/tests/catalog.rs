@@ -426,8 +426,9 @@ fn every_error_path_names_what_is_wrong() {
         ("hw.l3.miss", "not a generic hwqos event name"),
         ("instrucions", "did you mean `instructions`"),
         ("qwertyuiopasdf", "--list-events"),
-        ("cycles:u", "modifiers (`:u`) are not supported yet"),
-        ("L1-dcache-load-misses:k", "not supported yet"),
+        ("cycles:p", "modifier `p` is not supported"),
+        ("L1-dcache-load-misses:", "empty event modifier"),
+        ("bogus-event:u", "not an event name"),
         ("sched:sched_switch", "tracepoints"),
         ("L1-icache-stores", "no `store` operation"),
         ("LLC-load-bogus", "not a cache operation"),
@@ -945,4 +946,31 @@ fn group_capacity_counts_general_and_fixed_counters_only_where_known() {
     // A VM without a core PMU has no hardware counters: no capacity limit is
     // imposed, hardware events are reported unavailable instead.
     assert_eq!(generate("sysfs-this-vm").max_group_events(), None);
+}
+
+#[test]
+fn user_and_kernel_modifiers_select_the_privilege_levels() {
+    use hwqos_pmu::Modes;
+    let cat = catalog("sysfs-skylake");
+    for (name, modes) in [
+        ("cycles", Modes::All),
+        ("cycles:u", Modes::User),
+        ("page-faults:k", Modes::Kernel),
+        ("L1-dcache-load-misses:uk", Modes::All),
+        ("hw.instructions:u", Modes::User),
+    ] {
+        let event = cat.resolve(name).unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert_eq!(event.attr.modes, modes, "{name}");
+        assert_eq!(event.name, name);
+    }
+    let plain = cat.resolve("cycles").unwrap();
+    let user = cat.resolve("cycles:u").unwrap();
+    assert_eq!(
+        plain.metric, user.metric,
+        "the same metric, counted in fewer modes"
+    );
+    assert_eq!(
+        (plain.attr.type_, plain.attr.config),
+        (user.attr.type_, user.attr.config)
+    );
 }

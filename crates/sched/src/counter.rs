@@ -149,6 +149,7 @@ mod tests {
             config: 2,
             config1: 0,
             config2: 0,
+            modes: Default::default(),
         };
         let c = ProcessCounter::open(
             Path::new("/proc"),

@@ -70,6 +70,7 @@ fn page_faults(quota: u64) -> QuotaSet {
                 config: 2, // PERF_COUNT_SW_PAGE_FAULTS
                 config1: 0,
                 config2: 0,
+                modes: Default::default(),
             },
             quota,
         }],

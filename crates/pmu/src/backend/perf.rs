@@ -110,7 +110,8 @@ impl PerfBackend {
                 // disabled were seen to stay at 0 in CPU-wide groups
                 // (kernel 6.18) even after a group enable.
                 .enabled(!counters.is_empty())
-                .exclude_kernel(user_only)
+                .exclude_user(event.attr.modes == crate::Modes::Kernel)
+                .exclude_kernel(user_only || event.attr.modes == crate::Modes::User)
                 .exclude_hv(true);
             match target {
                 CountTarget::Task { tid, inherit } => {
@@ -271,6 +272,7 @@ mod tests {
                 config,
                 config1: 0,
                 config2: 0,
+                modes: Default::default(),
             },
             source: EventSource::Generic,
         }

@@ -457,6 +457,7 @@ mod tests {
                 config: 0,
                 config1: 0,
                 config2: 0,
+                modes: Default::default(),
             },
             source: EventSource::Generic,
         }

@@ -185,14 +185,19 @@ impl Catalog {
         if name.contains('/') {
             return self.resolve_pmu_syntax(name).map_err(unknown);
         }
-        if let Some((base, modifiers)) = name.split_once(':') {
-            return Err(unknown(if self.resolve(base).is_ok() {
-                format!(
-                    "event modifiers (`:{modifiers}`) are not supported yet; `{base}` counts user and kernel mode together"
-                )
-            } else {
-                "tracepoints (`subsystem:event`) and event modifiers are not supported".to_string()
-            }));
+        if let Some((base, modifiers)) = name.rsplit_once(':') {
+            let mut event = match self.resolve(base) {
+                Ok(event) => event,
+                Err(PmuError::UnknownEvent { .. }) => {
+                    return Err(unknown(
+                        "tracepoints (`subsystem:event`) are not supported, and the part before `:` is not an event name".to_string(),
+                    ))
+                }
+                Err(other) => return Err(other),
+            };
+            event.attr.modes = crate::Modes::parse(modifiers).map_err(unknown)?;
+            event.name = name.to_string();
+            return Ok(event);
         }
         if name.starts_with("hw.") || name.starts_with("sw.") {
             return match generic::generic(name) {
@@ -449,6 +454,7 @@ fn attr(type_: u32, config: u64) -> EventAttr {
         config,
         config1: 0,
         config2: 0,
+        modes: Default::default(),
     }
 }
 

@@ -240,6 +240,7 @@ pub(crate) fn encode(pmu: &PmuInfo, terms: &str) -> Result<EventAttr, String> {
         config: 0,
         config1: 0,
         config2: 0,
+        modes: Default::default(),
     };
     apply_terms(pmu, terms, &mut attr, None)?;
     Ok(attr)

@@ -344,6 +344,7 @@ mod tests {
                     config: 2,
                     config1: 0,
                     config2: 0,
+                    modes: Default::default(),
                 },
                 quota: q,
             }],
