@@ -16,6 +16,8 @@ pub struct RelayStats {
     live: Mutex<BTreeMap<u64, StreamHandle>>,
     closed: Mutex<Totals>,
     pub accepted: AtomicU64,
+    /// Accepted connections not yet closed (handshaking ones included).
+    pub open: AtomicU64,
     pub refused: AtomicU64,
     pub failed: AtomicU64,
     pub reloads: AtomicU64,
@@ -148,8 +150,16 @@ impl RelayStats {
             "Link changes the probes' round-trip times showed since start (each restarts the link estimate).",
         );
         let _ = writeln!(o, "hwqos_relay_link_changes {}", t.link_changes);
-        family(&mut o, "hwqos_relay_connections", "Open link connections.");
-        let _ = writeln!(o, "hwqos_relay_connections {}", live.len());
+        family(
+            &mut o,
+            "hwqos_relay_connections",
+            "Open connections (accepted and not yet closed, handshaking ones included).",
+        );
+        let _ = writeln!(
+            o,
+            "hwqos_relay_connections {}",
+            self.open.load(Ordering::Relaxed)
+        );
         family(
             &mut o,
             "hwqos_relay_connections_accepted",

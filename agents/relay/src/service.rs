@@ -145,8 +145,9 @@ impl Running {
         self.shared.render()
     }
 
+    /// Connections accepted and not yet closed (handshaking ones included).
     pub fn open_connections(&self) -> usize {
-        self.shared.stats.live_count()
+        self.shared.stats.open.load(Ordering::Relaxed) as usize
     }
 
     /// Stops accepting, waits up to `drain_timeout_ms` for open connections,
@@ -200,7 +201,9 @@ async fn accept_loop(listener: TcpListener, shared: Arc<Shared>, mut stop: watch
                     }
                     shared.stats.accepted.fetch_add(1, Ordering::Relaxed);
                     let shared = shared.clone();
+                    let open = OpenGuard::new(shared.clone());
                     conns.spawn(async move {
+                        let _open = open;
                         if let Err(e) = connection(sock, shared.clone(), cfg).await {
                             shared.stats.failed.fetch_add(1, Ordering::Relaxed);
                             tracing::warn!(%peer, "connection ended: {e:#}");
@@ -219,6 +222,23 @@ async fn accept_loop(listener: TcpListener, shared: Arc<Shared>, mut stop: watch
     // Drain: the caller bounds this with the drain timeout; dropping the set
     // (on timeout) aborts what is left.
     while conns.join_next().await.is_some() {}
+}
+
+/// Counts a connection as open from its accept until its task ends (or is
+/// aborted at the drain timeout).
+struct OpenGuard(Arc<Shared>);
+
+impl OpenGuard {
+    fn new(shared: Arc<Shared>) -> Self {
+        shared.stats.open.fetch_add(1, Ordering::Relaxed);
+        OpenGuard(shared)
+    }
+}
+
+impl Drop for OpenGuard {
+    fn drop(&mut self) {
+        self.0.stats.open.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 /// Makes a connection draw on the relay's one throttle, or on none.
@@ -256,6 +276,11 @@ async fn connection(accepted: TcpStream, shared: Arc<Shared>, cfg: Config) -> an
     result
 }
 
+/// Carries both directions of one connection until both have ended cleanly
+/// (each end's EOF is carried through as a half-close), or until either
+/// fails: then the other is cancelled and every socket of the connection is
+/// closed at once. (Waiting for both, as before, left a connection whose
+/// application had gone blocked for ever on a full link.)
 async fn pump(
     plain: TcpStream,
     stream: AsyncMessageStream<tokio::net::tcp::OwnedReadHalf, tokio::net::tcp::OwnedWriteHalf>,
@@ -281,8 +306,21 @@ async fn pump(
         pw.shutdown().await?;
         Ok::<(), WireError>(())
     };
-    let (a, b) = tokio::join!(to_link, to_plain);
-    a.context("application to link")?;
-    b.context("link to application")?;
+    tokio::pin!(to_link, to_plain);
+    let (mut link_done, mut plain_done) = (false, false);
+    while !(link_done && plain_done) {
+        // An error returns at once: dropping the other direction's future
+        // cancels it and closes its halves.
+        tokio::select! {
+            r = &mut to_link, if !link_done => {
+                r.context("application to link")?;
+                link_done = true;
+            }
+            r = &mut to_plain, if !plain_done => {
+                r.context("link to application")?;
+                plain_done = true;
+            }
+        }
+    }
     Ok(())
 }

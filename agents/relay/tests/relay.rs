@@ -172,6 +172,13 @@ async fn a_relay_pair_carries_bytes_both_ways_and_reports_them() {
     c.write_all(b"ping").await.unwrap();
     let mut b4 = [0u8; 4];
     c.read_exact(&mut b4).await.unwrap();
+    // The first connection's task may still be closing (bounded wait).
+    for _ in 0..400 {
+        if near.open_connections() == 1 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
     assert_eq!(near.open_connections(), 1);
     near.reload(relay_config(
         Mode::Compress,
