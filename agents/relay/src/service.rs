@@ -259,6 +259,9 @@ async fn connection(accepted: TcpStream, shared: Arc<Shared>, cfg: Config) -> an
         Mode::Compress => (accepted, other),
         Mode::Decompress => (other, accepted),
     };
+    // The link socket's TCP_INFO tells a backlogged sender the link's rate
+    // (issue 25); the socket outlives the stream's sends.
+    let link_fd = std::os::fd::AsRawFd::as_raw_fd(&link);
     let (lr, lw) = link.into_split();
     let stream =
         AsyncMessageStream::handshake(lr, lw, cfg.stream_config(), shared.registry.clone())
@@ -269,7 +272,10 @@ async fn connection(accepted: TcpStream, shared: Arc<Shared>, cfg: Config) -> an
         .read()
         .unwrap_or_else(|e| e.into_inner())
         .clone();
-    stream.handle().with(|ep| attach_throttle(ep, throttle));
+    stream.handle().with(|ep| {
+        attach_throttle(ep, throttle);
+        ep.set_transport(Some(Box::new(hwqos_compress::TcpInfo::new(link_fd))));
+    });
     let id = shared.stats.add(stream.handle());
     let result = pump(plain, stream, cfg.chunk_bytes as usize).await;
     shared.stats.remove(id);

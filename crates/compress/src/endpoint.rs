@@ -10,6 +10,7 @@ use crate::codec::{Codec, CodecId, Registry};
 use crate::learn::Learner;
 use crate::policy::{AdaptiveTuning, PolicyKind, Selector};
 use crate::throttle::{CpuLoad, SharedThrottle, Throttle, ThrottleConfig};
+use crate::transport::{TransportInfo, TransportSample};
 use crate::wire::{
     write_control, DecompressReport, FrameKind, Header, Hello, Limits, Probe, ProbeReply, RawFrame,
     WireError, DEFAULT_MAX_MESSAGE, FLAG_CHECKSUM,
@@ -126,6 +127,13 @@ pub struct StreamStats {
     pub cpu_utilization: Option<f64>,
     pub chosen: String,
     pub round: u64,
+    /// The transport's view (see [`Endpoint::set_transport`]): messages go
+    /// out back to back and predictions use the slowest stage; the share
+    /// of readings that found the sender ahead of the link; the link cost
+    /// from bytes the peer acknowledged while it was.
+    pub pipelined: bool,
+    pub backlogged: f64,
+    pub delivered_link_ns_per_byte: Option<f64>,
 }
 
 struct SampleJob {
@@ -311,7 +319,17 @@ pub struct Endpoint {
     scratch: Vec<u8>,
     epoch: Instant,
     last_codec: CodecId,
+    /// The transport's sending state (TCP_INFO), read at most every
+    /// [`TRANSPORT_EVERY_NS`].
+    transport: Option<Box<dyn TransportInfo>>,
+    last_transport_ns: Option<u64>,
+    /// Time this end spent compressing in this round (messages and samples).
+    round_busy_ns: u64,
 }
+
+/// Shortest interval between two transport readings (a `TCP_INFO` call
+/// costs about a microsecond; messages may come every few).
+const TRANSPORT_EVERY_NS: u64 = 1_000_000;
 
 impl Endpoint {
     /// A stream end with `config`; its throttle (if any) reads `/proc/stat`.
@@ -375,6 +393,9 @@ impl Endpoint {
             scratch: Vec::new(),
             epoch: Instant::now(),
             last_codec: CodecId::NONE,
+            transport: None,
+            last_transport_ns: None,
+            round_busy_ns: 0,
             config,
         }
     }
@@ -524,6 +545,40 @@ impl Endpoint {
         }
     }
 
+    /// Reads the transport's sending state (see [`crate::transport`]) from
+    /// `transport` — for a TCP socket, [`crate::TcpInfo`] on its
+    /// descriptor — at most every millisecond, before a message is framed.
+    /// A sender that is mostly ahead of the link then prices the link by
+    /// the bytes the peer acknowledged over time instead of by probes that
+    /// wait behind its own queue, and ranks codecs by their slowest stage.
+    pub fn set_transport(&mut self, transport: Option<Box<dyn TransportInfo>>) {
+        self.transport = transport;
+        self.last_transport_ns = None;
+    }
+
+    /// Takes one transport reading (what [`Endpoint::set_transport`]'s
+    /// source gives; transports without one may call this directly).
+    pub fn observe_transport(&mut self, sample: TransportSample) {
+        self.learner.net.bulk.observe(sample);
+    }
+
+    fn poll_transport(&mut self) {
+        let Some(t) = self.transport.as_mut() else {
+            return;
+        };
+        let now = self.epoch.elapsed().as_nanos() as u64;
+        if self
+            .last_transport_ns
+            .is_some_and(|last| now.saturating_sub(last) < TRANSPORT_EVERY_NS)
+        {
+            return;
+        }
+        self.last_transport_ns = Some(now);
+        if let Some(s) = t.sample() {
+            self.learner.net.bulk.observe(s);
+        }
+    }
+
     pub fn learner(&self) -> &Learner {
         &self.learner
     }
@@ -559,6 +614,7 @@ impl Endpoint {
         // would otherwise stall exploration for hundreds of messages).
         let cost = r.compress_ns + r.decompress_ns;
         self.charge(cost + r.warm_up_ns);
+        self.round_busy_ns += cost + r.warm_up_ns;
         self.sample_ns += cost;
         self.stats.warm_up_ns += r.warm_up_ns;
         self.stats.max_sample_ns = self.stats.max_sample_ns.max(cost);
@@ -571,6 +627,10 @@ impl Endpoint {
         let wall = now.duration_since(self.round_started).as_nanos() as u64;
         let adaptive = self.config.policy == PolicyKind::Adaptive;
         let threshold = self.config.adaptive.change_threshold;
+        self.learner
+            .net
+            .bulk
+            .observe_round(wall, std::mem::take(&mut self.round_busy_ns));
         let summary = self.learner.end_round(adaptive.then_some(threshold));
         let changed = adaptive && summary.max_ratio_change > threshold;
         self.selector.start_round(&self.learner, changed);
@@ -613,6 +673,7 @@ impl Endpoint {
             });
         }
         self.drain_samples();
+        self.poll_transport();
         self.deferred_codec = None;
         let round_len = if self.round_index == 0 || self.selector.learning() {
             match self.config.policy {
@@ -647,6 +708,7 @@ impl Endpoint {
             let ok = codec.compress(msg, &mut self.scratch).is_ok();
             let ns = t0.elapsed().as_nanos() as u64;
             self.charge(ns);
+            self.round_busy_ns += ns;
             if ok {
                 self.learner
                     .observe_compression(codec_id, msg.len(), self.scratch.len(), ns);
@@ -695,7 +757,10 @@ impl Endpoint {
             // messages each way cost ~2.5% of the RTT at 1 Gbit/s), and a
             // link change shows in the small probes' RTTs too
             // (`Learner::observe_rtt`), which restarts the dense probing.
-            let measuring = self.learner.net.fixed_link_ns_per_byte.is_none();
+            // Nor does a pipelined stream: its probes wait behind its own
+            // queue, and the transport measures the link.
+            let measuring =
+                self.learner.net.fixed_link_ns_per_byte.is_none() && !self.learner.pipelined();
             let steady = !dense && self.learner.net.padded_rtts.len() >= STEADY_PADDED;
             let slot = self.probe_seq % 2 == 1;
             let padded = slot && (!steady || (self.probe_seq / 2) % STEADY_PAD_EVERY == 0);
@@ -981,6 +1046,9 @@ impl Endpoint {
         }
         s.chosen = self.registry.name_of(self.selector.chosen()).to_string();
         s.round = self.round_index;
+        s.pipelined = self.learner.pipelined();
+        s.backlogged = self.learner.net.bulk.backlogged;
+        s.delivered_link_ns_per_byte = self.learner.net.bulk.link_ns_per_byte;
         s
     }
 }

@@ -9,6 +9,7 @@
 //! early rounds are not biased towards an arbitrary initial value.
 
 use crate::codec::CodecId;
+use crate::transport::BulkEstimate;
 use crate::wire::HEADER_LEN;
 use std::collections::BTreeMap;
 
@@ -185,6 +186,9 @@ pub struct NetworkEstimate {
     pub high_streak: [u32; 2],
     /// Link changes detected over the stream's life.
     pub changes: u64,
+    /// What the transport reports (backlog, delivered bytes over time);
+    /// empty without a transport source.
+    pub bulk: BulkEstimate,
 }
 
 impl NetworkEstimate {
@@ -196,6 +200,23 @@ impl NetworkEstimate {
         if let Some(v) = self.fixed_link_ns_per_byte {
             return Some(v);
         }
+        // A pipelined stream's probes wait behind its own standing queue:
+        // the rate at which the peer acknowledged bytes is the link's.
+        if self.bulk.is_pipelined() && self.bulk.link_ns_per_byte.is_some() {
+            return self.bulk.link_ns_per_byte;
+        }
+        let probed = self.probed_link_ns_per_byte();
+        match (probed, self.bulk.link_ns_per_byte) {
+            // A zero from probes is noise where the transport measured a
+            // rate (the link cannot be free).
+            (Some(p), Some(b)) if p <= 0.0 => Some(b),
+            (None, Some(b)) => Some(b),
+            (p, _) => p,
+        }
+    }
+
+    /// The link cost from the probes alone (see [`Self::link_ns_per_byte`]).
+    pub fn probed_link_ns_per_byte(&self) -> Option<f64> {
         // Until three of each were answered, noise dominates (one cold first
         // RTT made a loopback look like a 10 Mbit/s link).
         if self.padded_rtts.len() < MIN_PROBES_FOR_LINK
@@ -299,6 +320,7 @@ impl Learner {
                 low_streak: [0; 2],
                 high_streak: [0; 2],
                 changes: 0,
+                bulk: BulkEstimate::default(),
             },
             message_size: Ewma::new(0.05),
             round: BTreeMap::new(),
@@ -355,7 +377,7 @@ impl Learner {
             if self.net.pad != 0 {
                 // A zero estimate is noise, not a free link: not kept.
                 self.net.previous_link_ns_per_byte =
-                    self.net.link_ns_per_byte().filter(|&v| v > 0.0);
+                    self.net.probed_link_ns_per_byte().filter(|&v| v > 0.0);
             }
             self.net.padded_rtts.clear();
             self.net.pad = pad;
@@ -377,6 +399,11 @@ impl Learner {
     /// messages with the old one. With a configured link cost, only the RTT
     /// follows.
     fn link_change(&mut self, rtt: f64, padded: bool) -> bool {
+        // A pipelined stream's probes wait behind its own queue, which
+        // grows and drains: their RTTs say nothing about the link.
+        if self.net.bulk.is_pipelined() {
+            return false;
+        }
         let window = if padded {
             &self.net.padded_rtts
         } else {
@@ -485,6 +512,12 @@ impl Learner {
     /// Predicted transmission time (ns) of a `size`-byte message with `codec`
     /// (eq. 7.6): compression + sending the compressed bytes + RTT/2 +
     /// decompression. `None` while a needed estimate is missing.
+    ///
+    /// On a pipelined stream (see [`BulkEstimate::is_pipelined`]) the
+    /// stages of consecutive messages overlap — the next message is
+    /// compressed while this one is on the link and the previous one is
+    /// decompressed — so a message costs its slowest stage, not their sum:
+    /// max(t_c, t_s, t_d) + RTT/2.
     pub fn predict(&self, codec: CodecId, size: f64) -> Option<f64> {
         let link = self.net.link_ns_per_byte()?;
         let half_rtt = self.net.rtt_ns.get().unwrap_or(0.0) / 2.0;
@@ -496,7 +529,27 @@ impl Learner {
         let tc = e.compress_ns_per_byte.get()? * size;
         let td = e.decompress_ns_per_byte()? * size;
         let ts = (size * ratio.min(1.0) + HEADER_LEN as f64) * link;
+        if self.pipelined() {
+            return Some(tc.max(ts).max(td) + half_rtt);
+        }
         Some(tc + ts + half_rtt + td)
+    }
+
+    /// Whether predictions use the pipelined (slowest-stage) form.
+    pub fn pipelined(&self) -> bool {
+        self.net.bulk.is_pipelined()
+    }
+
+    /// The CPU cost per byte that decides whether `codec` can beat a
+    /// per-message cost at all (the viability test of `adaptive`):
+    /// compression + decompression, or on a pipelined stream the larger of
+    /// the two (they run on different ends at the same time).
+    pub fn cpu_ns_per_byte(&self, compress: f64, decompress: f64) -> f64 {
+        if self.pipelined() {
+            compress.max(decompress)
+        } else {
+            compress + decompress
+        }
     }
 
     /// The codec of `candidates` with the lowest prediction, and that prediction.

@@ -31,6 +31,7 @@ pub mod learn;
 pub mod policy;
 pub mod stream;
 pub mod throttle;
+pub mod transport;
 pub mod wire;
 
 pub use async_stream::{AsyncMessageStream, AsyncReceiver, AsyncSender, StreamHandle};
@@ -41,4 +42,5 @@ pub use stream::MessageStream;
 pub use throttle::{
     CgroupLoad, CpuAggregate, CpuLoad, ProcStatLoad, ScriptedLoad, SharedThrottle, ThrottleConfig,
 };
+pub use transport::{TcpInfo, TransportInfo, TransportSample};
 pub use wire::{FrameDecoder, Limits, WireError};

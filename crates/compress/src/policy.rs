@@ -363,11 +363,21 @@ impl Selector {
                         .filter(|&c| c != self.chosen)
                         .filter_map(|c| {
                             let measured = learner.codecs.get(&c).and_then(|e| {
-                                Some(e.compress_ns_per_byte.get()? + e.decompress_ns_per_byte()?)
+                                Some((e.compress_ns_per_byte.get()?, e.decompress_ns_per_byte()?))
                             });
-                            let cost = measured
-                                .unwrap_or_else(|| self.hints.get(&c).copied().unwrap_or(0.0));
-                            let viable = cost * size < own_chosen;
+                            // What a sample costs (both run here) …
+                            let hint = self.hints.get(&c).copied().unwrap_or(0.0);
+                            let cost = measured.map_or(hint, |(c, d)| c + d);
+                            // … and what decides whether the codec can win:
+                            // on a pipelined stream only the slower of
+                            // compression and decompression (the hint is a
+                            // sum, so at least half of it is the slower).
+                            let stage = match measured {
+                                Some((c, d)) => learner.cpu_ns_per_byte(c, d),
+                                None if learner.pipelined() => hint / 2.0,
+                                None => hint,
+                            };
+                            let viable = stage * size < own_chosen;
                             any_viable |= viable;
                             // Unmeasured codecs that cannot win by their hint
                             // are skipped; measured ones stay in at the slow

@@ -1,0 +1,165 @@
+//! What the transport under a stream knows about its sending side (issue
+//! 25): whether the sender is ahead of the link (bytes written and not yet
+//! sent) and how fast the peer actually receives (bytes acknowledged over
+//! time). On Linux TCP sockets this is `TCP_INFO`.
+//!
+//! Probes measure the link from the RTTs of small and padded probes. That
+//! works for request/response traffic, where the probes find an empty
+//! queue; on a bulk stream both kinds wait behind the same standing queue
+//! of megabytes, their difference is noise (mostly ≤ 0, so the link looked
+//! free and `none` ranked first). A backlogged sender instead learns the
+//! link from the bytes the peer acknowledged per unit of time while the
+//! send queue never ran dry: that is the link's rate, whatever the queue.
+
+use std::os::fd::RawFd;
+use std::time::Instant;
+
+/// One reading of the transport's sending state.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct TransportSample {
+    /// When it was read (ns on any monotonic clock the source keeps).
+    pub at_ns: u64,
+    /// Bytes written to the transport and not yet sent (TCP:
+    /// `tcpi_notsent_bytes`): more than 0 means the sender is ahead of the
+    /// link.
+    pub unsent_bytes: u64,
+    /// Bytes the peer acknowledged since the connection started (TCP:
+    /// `tcpi_bytes_acked`).
+    pub acked_bytes: u64,
+    /// Smoothed round-trip time (TCP: `tcpi_rtt`), ns.
+    pub rtt_ns: Option<u64>,
+}
+
+/// A source of [`TransportSample`]s for [`crate::Endpoint::set_transport`].
+pub trait TransportInfo: Send {
+    fn sample(&mut self) -> Option<TransportSample>;
+}
+
+/// `TCP_INFO` of a TCP socket, read by file descriptor. The descriptor is
+/// borrowed: the caller keeps the socket open while the endpoint sends
+/// (after it closes, readings fail and are ignored).
+pub struct TcpInfo {
+    fd: RawFd,
+    epoch: Instant,
+}
+
+impl TcpInfo {
+    pub fn new(fd: RawFd) -> Self {
+        TcpInfo {
+            fd,
+            epoch: Instant::now(),
+        }
+    }
+}
+
+impl TransportInfo for TcpInfo {
+    fn sample(&mut self) -> Option<TransportSample> {
+        // SAFETY: tcp_info is plain data; getsockopt writes at most `len`
+        // bytes into the value we own and sets `len` to what it wrote.
+        let (info, len) = unsafe {
+            let mut info: libc::tcp_info = std::mem::zeroed();
+            let mut len = std::mem::size_of::<libc::tcp_info>() as libc::socklen_t;
+            let r = libc::getsockopt(
+                self.fd,
+                libc::IPPROTO_TCP,
+                libc::TCP_INFO,
+                (&mut info as *mut libc::tcp_info).cast(),
+                &mut len,
+            );
+            if r != 0 {
+                return None;
+            }
+            (info, len as usize)
+        };
+        // Kernels before 4.6 (bytes_acked) / 4.6 (notsent_bytes) return a
+        // shorter struct: no reading rather than zeros.
+        let needed = std::mem::offset_of!(libc::tcp_info, tcpi_notsent_bytes) + 4;
+        if len < needed {
+            return None;
+        }
+        Some(TransportSample {
+            at_ns: self.epoch.elapsed().as_nanos() as u64,
+            unsent_bytes: u64::from(info.tcpi_notsent_bytes),
+            acked_bytes: info.tcpi_bytes_acked,
+            rtt_ns: (info.tcpi_rtt > 0).then(|| u64::from(info.tcpi_rtt) * 1000),
+        })
+    }
+}
+
+/// Shortest stretch of continuous backlog that measures the link's rate:
+/// ACKs arrive in bursts (delayed ACKs, GRO), so shorter stretches are noisy.
+pub const MIN_BACKLOG_INTERVAL_NS: u64 = 20_000_000;
+
+/// The link as a backlogged sender sees it.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct BulkEstimate {
+    /// Share of recent readings that found the sender backlogged
+    /// (moving average, weight 0.1 per reading).
+    pub backlogged: f64,
+    /// Link cost (ns per wire byte) from acknowledged bytes over stretches
+    /// of continuous backlog (moving average, weight 0.3), if measured.
+    pub link_ns_per_byte: Option<f64>,
+    /// Share of the recent rounds' wall time this end spent compressing
+    /// (moving average, weight 0.3 per round; see
+    /// [`BulkEstimate::observe_round`]).
+    pub cpu_busy: f64,
+    /// Readings taken and stretches measured.
+    pub readings: u64,
+    pub stretches: u64,
+    /// Start of the current stretch of continuous backlog.
+    start: Option<TransportSample>,
+}
+
+impl BulkEstimate {
+    /// Takes one reading.
+    pub fn observe(&mut self, s: TransportSample) {
+        self.readings += 1;
+        let backlogged = s.unsent_bytes > 0;
+        let w = (1.0 / self.readings as f64).max(0.1);
+        self.backlogged += w * (f64::from(u8::from(backlogged)) - self.backlogged);
+        if !backlogged {
+            // The queue ran dry: what was acknowledged since says how fast
+            // we wrote, not how fast the link is.
+            self.start = None;
+            return;
+        }
+        let Some(start) = self.start else {
+            self.start = Some(s);
+            return;
+        };
+        let dt = s.at_ns.saturating_sub(start.at_ns);
+        if dt < MIN_BACKLOG_INTERVAL_NS {
+            return;
+        }
+        let acked = s.acked_bytes.saturating_sub(start.acked_bytes);
+        if acked > 0 {
+            let v = dt as f64 / acked as f64;
+            self.stretches += 1;
+            let w = (1.0 / self.stretches as f64).max(0.3);
+            self.link_ns_per_byte = Some(match self.link_ns_per_byte {
+                Some(old) => old + w * (v - old),
+                None => v,
+            });
+        }
+        self.start = Some(s);
+    }
+
+    /// A round ended that took `wall_ns`, of which this end spent
+    /// `busy_ns` compressing (messages and samples).
+    pub fn observe_round(&mut self, wall_ns: u64, busy_ns: u64) {
+        if wall_ns > 0 {
+            let v = (busy_ns as f64 / wall_ns as f64).min(1.0);
+            self.cpu_busy += 0.3 * (v - self.cpu_busy);
+        }
+    }
+
+    /// Messages go out back to back, so the stages of consecutive messages
+    /// (compression, the link, decompression) overlap: the sender is mostly
+    /// ahead of the link (link-bound), or it spends most of its time
+    /// compressing (CPU-bound; the link then waits for it). Only with a
+    /// transport that reports (without one, nothing is known about the
+    /// queue, and an in-memory loop is always "busy").
+    pub fn is_pipelined(&self) -> bool {
+        self.readings > 0 && (self.backlogged >= 0.5 || self.cpu_busy >= 0.5)
+    }
+}
