@@ -281,6 +281,14 @@ async fn connection(
     }
 }
 
+/// Sends a window frame by frame: a bounded batch is decoded under the
+/// database lock, the lock is released, the batch is written, and so on, so a
+/// window holds about [`crate::service::WINDOW_BATCH_BYTES`] whatever its size
+/// and however slowly the client reads. At most `[api] max_windows` windows are
+/// sent at once (more are refused with an error line; the connection stays
+/// usable), and the whole response must be read within `[api]
+/// window_timeout_s` (else an error line, best effort, and the connection is
+/// closed: the response is incomplete).
 async fn window(
     wr: &mut OwnedWriteHalf,
     handle: &MonitorHandle,
@@ -300,13 +308,61 @@ async fn window(
             .await;
         }
     }
-    let found = handle.window(seconds, frames);
-    for f in &found {
-        if !send(wr, &frame_line(f, &filter)).await {
-            return false;
+    let Some(_permit) = handle.try_start_window() else {
+        let msg = format!(
+            "window: {} window responses are being sent already (api.max_windows); try again when one has ended",
+            handle.max_windows()
+        );
+        return send(wr, &Response::error(msg).to_line()).await;
+    };
+    let timeout = handle.config().api.window_timeout();
+    let deadline = tokio::time::Instant::now() + timeout;
+    let mut count = 0usize;
+    if let Some(range) = handle.window_range(seconds, frames) {
+        let mut buffer = handle.window_buffer();
+        let mut from = range.first;
+        loop {
+            let batch = handle.window_batch(from, range.last, &mut buffer);
+            if batch.is_empty() {
+                break;
+            }
+            for (frame, frame_bytes) in batch {
+                let line = frame_line(&frame, &filter);
+                from = frame.seq + 1;
+                drop(frame);
+                buffer.add(line.len());
+                let by = deadline.min(tokio::time::Instant::now() + WRITE_TIMEOUT);
+                let written = tokio::time::timeout_at(by, wr.write_all(line.as_bytes())).await;
+                buffer.release(line.len() + frame_bytes);
+                match written {
+                    Ok(Ok(())) => count += 1,
+                    Ok(Err(_)) => return false,
+                    Err(_) => {
+                        let msg = if tokio::time::Instant::now() >= deadline {
+                            handle.window_cut();
+                            format!(
+                                "window: not read within {timeout:?} (api.window_timeout_s); {count} of {} frames sent; closing",
+                                range.frames
+                            )
+                        } else {
+                            format!(
+                                "window: the client stopped reading for {WRITE_TIMEOUT:?}; {count} of {} frames sent; closing",
+                                range.frames
+                            )
+                        };
+                        warn!("{msg}");
+                        let _ = tokio::time::timeout(
+                            Duration::from_millis(200),
+                            wr.write_all(Response::error(msg).to_line().as_bytes()),
+                        )
+                        .await;
+                        return false;
+                    }
+                }
+            }
         }
     }
-    send(wr, &Response::End { count: found.len() }.to_line()).await
+    send(wr, &Response::End { count }.to_line()).await
 }
 
 async fn subscribe(

@@ -19,6 +19,10 @@ use std::path::{Path, PathBuf};
 pub const MIN_RATE_HZ: f64 = 0.1;
 pub const MAX_RATE_HZ: f64 = 10_000.0;
 
+/// Largest accepted config file: far above any real one; a larger file (or a
+/// device such as `/dev/zero`) is refused rather than read into memory.
+pub const MAX_CONFIG_BYTES: u64 = hwqos_agent::MAX_CONFIG_BYTES;
+
 /// Largest accepted database size in frames.
 pub const MAX_DB_FRAMES: usize = 10_000_000;
 
@@ -130,7 +134,17 @@ pub struct ApiConfig {
     pub socket: PathBuf,
     /// Frames a subscriber may fall behind before it is dropped.
     pub client_queue: usize,
+    /// `window` responses sent at once; more are refused with an error line.
+    pub max_windows: usize,
+    /// Seconds a client has to read a whole `window` response; a slower one
+    /// is cut off (error line, connection closed).
+    pub window_timeout_s: f64,
 }
+
+/// Most `window` responses at once that `[api] max_windows` may allow.
+pub const MAX_WINDOWS_LIMIT: usize = 64;
+/// Longest `[api] window_timeout_s`.
+pub const MAX_WINDOW_TIMEOUT_S: f64 = 3600.0;
 
 impl Default for ApiConfig {
     fn default() -> Self {
@@ -138,7 +152,16 @@ impl Default for ApiConfig {
             enabled: true,
             socket: PathBuf::from("/run/hwqos/monitor.sock"),
             client_queue: 1024,
+            max_windows: 4,
+            window_timeout_s: 60.0,
         }
+    }
+}
+
+impl ApiConfig {
+    /// `window_timeout_s` as a duration.
+    pub fn window_timeout(&self) -> std::time::Duration {
+        std::time::Duration::from_secs_f64(self.window_timeout_s)
     }
 }
 
@@ -193,7 +216,12 @@ impl CpiConfig {
         if path.is_relative() {
             *path = base.join(&*path);
         }
-        let model = hwqos_topology::HardwareModel::load(path).map_err(|e| e.to_string())?;
+        // Read here with the agents' bounded reader: a FIFO or device named as
+        // the model is refused instead of blocking or filling memory.
+        let bytes = hwqos_agent::read_file_bounded(path, hwqos_topology::model::MAX_MODEL_BYTES)
+            .map_err(|e| format!("cannot read the hardware model {}: {e}", path.display()))?;
+        let model =
+            hwqos_topology::HardwareModel::from_slice(&bytes, path).map_err(|e| e.to_string())?;
         let from_model = model.cpi_penalties().ok_or_else(|| {
             format!(
                 "{}: the hardware model has no measured cache latencies in cycles (create it with `hwqos probe --json -o {}`, which runs the memlat and clock probes)",
@@ -392,12 +420,13 @@ fn find_key(text: &str, dotted: &str) -> Option<(usize, usize)> {
 impl Config {
     /// Reads, parses and validates a config file.
     pub fn load(path: &Path, check_event: EventCheck<'_>) -> Result<Config, ConfigError> {
-        let text = std::fs::read_to_string(path).map_err(|e| ConfigError {
-            file: path.to_path_buf(),
-            position: None,
-            key: None,
-            message: format!("cannot read the config file: {e}"),
-        })?;
+        let text =
+            hwqos_agent::read_config_file(path, MAX_CONFIG_BYTES).map_err(|e| ConfigError {
+                file: path.to_path_buf(),
+                position: None,
+                key: None,
+                message: format!("cannot read the config file: {e}"),
+            })?;
         Config::parse(&text, path, check_event)
     }
 
@@ -488,6 +517,24 @@ impl Config {
             if self.api.client_queue == 0 {
                 return bad("api.client_queue", "must be at least 1 frame".into());
             }
+            if !(1..=MAX_WINDOWS_LIMIT).contains(&self.api.max_windows) {
+                return bad(
+                    "api.max_windows",
+                    format!(
+                        "{} is out of range (1 to {MAX_WINDOWS_LIMIT} window responses at once)",
+                        self.api.max_windows
+                    ),
+                );
+            }
+            let t = self.api.window_timeout_s;
+            if !t.is_finite() || t <= 0.0 || t > MAX_WINDOW_TIMEOUT_S {
+                return bad(
+                    "api.window_timeout_s",
+                    format!(
+                        "{t} is out of range (more than 0, at most {MAX_WINDOW_TIMEOUT_S} seconds)"
+                    ),
+                );
+            }
         }
         if self.metrics.enabled {
             let addr: SocketAddr = match self.metrics.listen.parse() {
@@ -541,11 +588,40 @@ pub fn check_rate(rate_hz: f64) -> Result<(), String> {
     Ok(())
 }
 
-/// Checks event sets: non-empty sets, no duplicates within a set, known names.
+/// Most event sets rotated (each set's events stay open on every target, so
+/// sets cost file descriptors and kernel memory per target).
+pub const MAX_EVENT_SETS: usize = 32;
+/// Most events in one set (one group read at once).
+pub const MAX_EVENTS_PER_SET: usize = 16;
+/// Most events over all sets.
+pub const MAX_EVENTS_TOTAL: usize = 128;
+
+/// Checks event sets: at most [`MAX_EVENT_SETS`] sets of at most
+/// [`MAX_EVENTS_PER_SET`] events and [`MAX_EVENTS_TOTAL`] in all, non-empty
+/// sets, no duplicates within a set, known names.
 pub fn check_event_sets(sets: &[Vec<String>], check_event: EventCheck<'_>) -> Result<(), String> {
+    if sets.len() > MAX_EVENT_SETS {
+        return Err(format!(
+            "{} event sets given; at most {MAX_EVENT_SETS} are rotated (each set stays open on every target)",
+            sets.len()
+        ));
+    }
+    let total: usize = sets.iter().map(Vec::len).sum();
+    if total > MAX_EVENTS_TOTAL {
+        return Err(format!(
+            "{total} events over all sets; at most {MAX_EVENTS_TOTAL} are accepted"
+        ));
+    }
     for (i, set) in sets.iter().enumerate() {
         if set.is_empty() {
             return Err(format!("set {} is empty", i + 1));
+        }
+        if set.len() > MAX_EVENTS_PER_SET {
+            return Err(format!(
+                "set {} has {} events; at most {MAX_EVENTS_PER_SET} are accepted in one set",
+                i + 1,
+                set.len()
+            ));
         }
         for (j, name) in set.iter().enumerate() {
             if set[..j].contains(name) {
@@ -594,6 +670,50 @@ mod tests {
         let d = tempfile::tempdir().unwrap();
         let t = format!("{text}\n[output]\ndir = {:?}\n", d.path());
         (d, t)
+    }
+
+    #[test]
+    fn event_sets_are_bounded() {
+        let sets = |n: usize, per: usize| -> Vec<Vec<String>> {
+            (0..n)
+                .map(|i| (0..per).map(|j| format!("sw.e{i}_{j}")).collect())
+                .collect()
+        };
+        assert!(check_event_sets(&sets(MAX_EVENT_SETS, 4), &any_event).is_ok());
+        let e = check_event_sets(&sets(1000, 2), &any_event).unwrap_err();
+        assert!(e.contains("1000 event sets given; at most 32"), "{e}");
+        let e = check_event_sets(&sets(1, MAX_EVENTS_PER_SET + 1), &any_event).unwrap_err();
+        assert!(e.contains("set 1 has 17 events; at most 16"), "{e}");
+        let e = check_event_sets(&sets(20, 8), &any_event).unwrap_err();
+        assert!(e.contains("160 events over all sets; at most 128"), "{e}");
+        // In a config file the error names the key.
+        let many = sets(40, 1)
+            .iter()
+            .map(|s| format!("[{:?}]", s[0]))
+            .collect::<Vec<_>>()
+            .join(",");
+        let (_d, t) = with_out(&format!("event_sets = [{many}]"));
+        let e = parse(&t).unwrap_err().to_string();
+        assert!(e.contains("event_sets") && e.contains("at most 32"), "{e}");
+    }
+
+    #[test]
+    fn window_limits_are_range_checked() {
+        for (extra, key) in [
+            ("max_windows = 0", "api.max_windows"),
+            ("max_windows = 65", "api.max_windows"),
+            ("window_timeout_s = 0", "api.window_timeout_s"),
+            ("window_timeout_s = 1e9", "api.window_timeout_s"),
+        ] {
+            let (_d, t) = with_out("");
+            let e = parse(&format!("{t}\n[api]\n{extra}\n"))
+                .unwrap_err()
+                .to_string();
+            assert!(
+                e.contains(key) && e.contains("out of range"),
+                "{extra}: {e}"
+            );
+        }
     }
 
     #[test]

@@ -294,26 +294,33 @@ impl FrameDb {
         }
     }
 
-    /// The most recent frames, oldest first: at most `frames` of them, and only
-    /// those at most `seconds` older than the newest frame.
-    pub fn window(&self, seconds: Option<f64>, frames: Option<usize>) -> Vec<Arc<Frame>> {
+    /// How many of the newest frames a window takes: at most `frames` of them,
+    /// and only those at most `seconds` older than the newest frame.
+    fn window_len(&self, seconds: Option<f64>, frames: Option<usize>) -> usize {
         let time = |encoded: &[u8]| frame_codec::decode_header(encoded).map(|h| h.time.mono_ns);
         let newest = match self.frames.back().map(|f| time(f)) {
             Some(Ok(t)) => t,
             Some(Err(e)) => {
                 error!("frame database: cannot read the newest frame: {e}");
-                return Vec::new();
+                return 0;
             }
-            None => return Vec::new(),
+            None => return 0,
         };
         let horizon = seconds.map(|s| newest.saturating_sub((s.max(0.0) * 1e9) as u64));
-        let chosen = self
-            .frames
+        self.frames
             .iter()
             .rev()
             .take(frames.unwrap_or(usize::MAX))
             .take_while(|f| horizon.is_none_or(|h| time(f).is_ok_and(|t| t >= h)))
-            .count();
+            .count()
+    }
+
+    /// The most recent frames, oldest first: at most `frames` of them, and only
+    /// those at most `seconds` older than the newest frame. Decodes them all:
+    /// for small windows (the exposition's); the API streams large ones with
+    /// [`FrameDb::window_range`] and [`FrameDb::window_batch`].
+    pub fn window(&self, seconds: Option<f64>, frames: Option<usize>) -> Vec<Arc<Frame>> {
+        let chosen = self.window_len(seconds, frames);
         let first = self.frames.len() - chosen;
         let mut out = Vec::with_capacity(chosen);
         for (i, encoded) in self.frames.range(first..).enumerate() {
@@ -330,6 +337,68 @@ impl FrameDb {
         }
         out
     }
+
+    /// The sequence numbers that bound the window [`FrameDb::window`] would
+    /// return, without decoding it (`None`: the window is empty).
+    pub fn window_range(&self, seconds: Option<f64>, frames: Option<usize>) -> Option<WindowRange> {
+        let chosen = self.window_len(seconds, frames);
+        let seq = |f: &Arc<[u8]>| frame_codec::decode_header(f).map(|h| h.seq).ok();
+        let first = seq(self.frames.get(self.frames.len().checked_sub(chosen)?)?)?;
+        let last = seq(self.frames.back()?)?;
+        Some(WindowRange {
+            first,
+            last,
+            frames: chosen,
+        })
+    }
+
+    /// Decodes the next frames of a window, oldest first: those with a sequence
+    /// number from `from` to `last`, at most `max_frames` of them and no more
+    /// than about `max_bytes` decoded (at least one). Frames evicted since the
+    /// window began are skipped. Returns the frames and their decoded bytes
+    /// ([`frame_bytes`]); no frames: the window is done.
+    pub fn window_batch(
+        &self,
+        from: u64,
+        last: u64,
+        max_frames: usize,
+        max_bytes: usize,
+    ) -> (Vec<Arc<Frame>>, usize) {
+        let seq = |f: &Arc<[u8]>| frame_codec::decode_header(f).map_or(u64::MAX, |h| h.seq);
+        let start = self.frames.partition_point(|f| seq(f) < from);
+        let mut out = Vec::new();
+        let mut bytes = 0;
+        for (i, encoded) in self.frames.range(start..).enumerate() {
+            if out.len() >= max_frames.max(1) || (bytes >= max_bytes && !out.is_empty()) {
+                break;
+            }
+            if seq(encoded) > last {
+                break;
+            }
+            let frame = match &self.latest {
+                Some(latest) if start + i + 1 == self.frames.len() => latest.clone(),
+                _ => match frame_codec::decode(encoded, &self.dict) {
+                    Ok(f) => Arc::new(f),
+                    Err(e) => {
+                        error!("frame database: skipping a frame that does not decode: {e}");
+                        continue;
+                    }
+                },
+            };
+            bytes += frame_bytes(&frame);
+            out.push(frame);
+        }
+        (out, bytes)
+    }
+}
+
+/// The bounds of a window: sequence numbers of its oldest and newest frame.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WindowRange {
+    pub first: u64,
+    pub last: u64,
+    /// Frames in the window when it was chosen.
+    pub frames: usize,
 }
 
 /// The frames of a [`FrameDb`] at one moment, encoded, with the dictionary they
@@ -473,6 +542,53 @@ pub fn flush(
         written.push(path);
     }
     Ok(written)
+}
+
+/// Whether a file name is one of the temporary files a flush (or the output
+/// directory check) creates: `.hwqos-….tmp` and `.hwqos-write-check…`.
+fn is_our_temp_file(name: &str) -> bool {
+    name.starts_with(".hwqos-write-check")
+        || (name.starts_with(".hwqos-") && name.ends_with(".tmp"))
+}
+
+/// Removes the temporary files a flush leaves behind when the monitor is
+/// killed in the middle of it (`kill -9`, power loss): regular files named as
+/// [`flush`] names its temporary files, directly in `dir`; symbolic links and
+/// everything else are left alone. Called at start, so one output directory
+/// must not be shared by two running monitors. Returns the files removed and
+/// their bytes; a missing `dir` is not an error.
+pub fn remove_stale_temp_files(dir: &Path) -> io::Result<(Vec<PathBuf>, u64)> {
+    let entries = match std::fs::read_dir(dir) {
+        Ok(e) => e,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok((Vec::new(), 0)),
+        Err(e) => return Err(e),
+    };
+    let mut removed = Vec::new();
+    let mut bytes = 0;
+    for entry in entries {
+        let entry = entry?;
+        let Some(name) = entry.file_name().to_str().map(str::to_owned) else {
+            continue;
+        };
+        if !is_our_temp_file(&name) {
+            continue;
+        }
+        // DirEntry::metadata does not follow symbolic links.
+        let meta = entry.metadata()?;
+        if !meta.file_type().is_file() {
+            continue;
+        }
+        let path = entry.path();
+        match std::fs::remove_file(&path) {
+            Ok(()) => {
+                bytes += meta.len();
+                removed.push(path);
+            }
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok((removed, bytes))
 }
 
 #[cfg(test)]
@@ -764,5 +880,68 @@ mod tests {
             flush(&snapshot, &header(), dir.path(), "x", &[]),
             Err(FlushError::NoFormats)
         ));
+    }
+
+    #[test]
+    fn stale_flush_temp_files_are_removed_and_nothing_else() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        let stale = d.join(".hwqos-node-20260101T000000Z-41.AbC123.tmp");
+        std::fs::write(&stale, vec![0u8; 4096]).unwrap();
+        let check = d.join(".hwqos-write-checkXyZ");
+        std::fs::write(&check, b"").unwrap();
+        for keep in [
+            "hwqos-node-20260101T000000Z-41.jsonl",
+            ".other.tmp",
+            "notes.tmp",
+        ] {
+            std::fs::write(d.join(keep), b"x").unwrap();
+        }
+        // A link with our name is not followed or removed; its target stays.
+        let target = d.join("target.csv");
+        std::fs::write(&target, b"keep").unwrap();
+        std::os::unix::fs::symlink(&target, d.join(".hwqos-link.tmp")).unwrap();
+        std::fs::create_dir(d.join(".hwqos-dir.tmp")).unwrap();
+
+        let (removed, bytes) = remove_stale_temp_files(d).unwrap();
+        let mut removed: Vec<_> = removed
+            .iter()
+            .map(|p| p.file_name().unwrap().to_owned())
+            .collect();
+        removed.sort();
+        assert_eq!(
+            removed,
+            [stale.file_name().unwrap(), check.file_name().unwrap()]
+        );
+        assert_eq!(bytes, 4096);
+        let mut left: Vec<String> = std::fs::read_dir(d)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        left.sort();
+        assert_eq!(
+            left,
+            [
+                ".hwqos-dir.tmp",
+                ".hwqos-link.tmp",
+                ".other.tmp",
+                "hwqos-node-20260101T000000Z-41.jsonl",
+                "notes.tmp",
+                "target.csv"
+            ]
+        );
+        assert_eq!(std::fs::read(&target).unwrap(), b"keep");
+        // The temporary names flush really uses are recognised.
+        let tmp = tempfile::Builder::new()
+            .prefix(".hwqos-n-x-1.")
+            .suffix(".tmp")
+            .tempfile_in(d)
+            .unwrap();
+        let name = tmp.path().file_name().unwrap().to_str().unwrap().to_owned();
+        assert!(is_our_temp_file(&name), "{name}");
+        assert!(remove_stale_temp_files(&d.join("missing"))
+            .unwrap()
+            .0
+            .is_empty());
     }
 }

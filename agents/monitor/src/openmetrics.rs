@@ -294,32 +294,12 @@ impl Exposition {
 pub async fn serve(
     listener: tokio::net::TcpListener,
     handle: crate::service::MonitorHandle,
-    mut shutdown: tokio::sync::watch::Receiver<bool>,
+    shutdown: tokio::sync::watch::Receiver<bool>,
 ) {
-    use axum::http::header;
-    use axum::routing::get;
-    let app =
-        axum::Router::new()
-            .route(
-                "/metrics",
-                get(
-                    |axum::extract::State(h): axum::extract::State<
-                        crate::service::MonitorHandle,
-                    >| async move {
-                        ([(header::CONTENT_TYPE, CONTENT_TYPE)], h.render_metrics())
-                    },
-                ),
-            )
-            .with_state(handle);
-    let stop = async move {
-        let _ = shutdown.changed().await;
-    };
-    if let Err(e) = axum::serve(listener, app)
-        .with_graceful_shutdown(stop)
-        .await
-    {
-        tracing::error!("/metrics server failed: {e}");
-    }
+    // hwqos-agent's server bounds its connections (header-read timeout,
+    // lifetime, connection cap): slow or silent clients cannot hold it.
+    let render: hwqos_agent::RenderMetrics = std::sync::Arc::new(move || handle.render_metrics());
+    hwqos_agent::serve_metrics(listener, render, shutdown).await;
 }
 
 fn header(out: &mut String, name: &str, help: &str, unit: Option<&str>) {

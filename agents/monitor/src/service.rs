@@ -8,7 +8,7 @@
 //! see [`Engine::this_node`]), and [`MonitorHandle`] offers what the API offers.
 
 use crate::config::{self, Config, ConfigError};
-use crate::db::{self, FlushError, FrameDb};
+use crate::db::{self, FlushError, FrameDb, WindowRange};
 use crate::openmetrics::{Exposition, SelfMetrics};
 use crate::{api_server, openmetrics};
 use hwqos_core::recording::{RecordedBackend, RecordingHeader};
@@ -272,6 +272,12 @@ struct Counters {
     subscribers: AtomicUsize,
     reloads: AtomicU64,
     last_tick_mono_ns: AtomicU64,
+    /// Decoded frames and encoded lines that `window` responses hold now…
+    window_buffered: AtomicUsize,
+    /// …and the most they held at once.
+    window_buffered_peak: AtomicUsize,
+    windows_refused: AtomicU64,
+    windows_cut: AtomicU64,
 }
 
 /// What the source reports about itself, cached so status never waits for a tick.
@@ -309,6 +315,54 @@ struct Shared {
     period_ns: AtomicU64,
     stop: AtomicBool,
     flush_lock: Mutex<()>,
+    /// One permit per `window` response being sent (`[api] max_windows`).
+    windows: Arc<tokio::sync::Semaphore>,
+    max_windows: usize,
+}
+
+/// Frames a `window` response decodes per turn of the database lock…
+pub const WINDOW_BATCH_FRAMES: usize = 64;
+/// …and about the most decoded bytes a turn takes (at least one frame): what a
+/// window response holds at a time, however large the window.
+pub const WINDOW_BATCH_BYTES: usize = 1 << 20;
+
+/// Bytes a `window` response holds (decoded frames, encoded lines), counted in
+/// the monitor's window accounting until dropped.
+pub struct WindowBuffer<'a> {
+    counters: &'a Counters,
+    bytes: usize,
+}
+
+impl WindowBuffer<'_> {
+    /// Counts `n` more bytes held.
+    pub fn add(&mut self, n: usize) {
+        self.bytes += n;
+        let now = self
+            .counters
+            .window_buffered
+            .fetch_add(n, Ordering::Relaxed)
+            + n;
+        self.counters
+            .window_buffered_peak
+            .fetch_max(now, Ordering::Relaxed);
+    }
+
+    /// Counts `n` bytes released.
+    pub fn release(&mut self, n: usize) {
+        let n = n.min(self.bytes);
+        self.bytes -= n;
+        self.counters
+            .window_buffered
+            .fetch_sub(n, Ordering::Relaxed);
+    }
+}
+
+impl Drop for WindowBuffer<'_> {
+    fn drop(&mut self) {
+        self.counters
+            .window_buffered
+            .fetch_sub(self.bytes, Ordering::Relaxed);
+    }
 }
 
 /// Locks a mutex, recovering the data if a thread panicked while holding it
@@ -348,6 +402,20 @@ impl Monitor {
         engine: Engine,
     ) -> Result<Monitor, MonitorError> {
         let source = (engine.make_source)(&config).map_err(MonitorError::from_source)?;
+        // A flush interrupted by kill -9 leaves its temporary file behind (as
+        // large as the database); nothing else would ever remove it.
+        match db::remove_stale_temp_files(&config.output.dir) {
+            Ok((removed, bytes)) if !removed.is_empty() => info!(
+                "removed {} temporary files ({bytes} bytes) left in {} by an interrupted flush",
+                removed.len(),
+                config.output.dir.display()
+            ),
+            Ok(_) => {}
+            Err(e) => warn!(
+                "cannot remove stale temporary files in {}: {e}",
+                config.output.dir.display()
+            ),
+        }
         let info = SourceInfo::of(source.as_ref());
         if !info.unavailable.is_empty() {
             warn!(
@@ -361,6 +429,7 @@ impl Monitor {
             ticker.set_strategy(*strategy);
         }
         let (frames_tx, _) = broadcast::channel(config.api.client_queue.max(1));
+        let max_windows = config.api.max_windows.max(1);
         let shared = Arc::new(Shared {
             node: hwqos_core::recording::node_name(),
             started: Timestamp::now(),
@@ -378,6 +447,8 @@ impl Monitor {
             metrics_addr: Mutex::new(None),
             stop: AtomicBool::new(false),
             flush_lock: Mutex::new(()),
+            windows: Arc::new(tokio::sync::Semaphore::new(max_windows)),
+            max_windows,
         });
         let (done_tx, done) = mpsc::channel();
         let for_thread = shared.clone();
@@ -495,9 +566,91 @@ impl MonitorHandle {
         }
     }
 
-    /// Recent frames (see [`FrameDb::window`]).
+    /// Recent frames (see [`FrameDb::window`]), all decoded at once: for small
+    /// windows; [`MonitorHandle::window_range`] and
+    /// [`MonitorHandle::window_batch`] stream large ones in bounded memory.
     pub fn window(&self, seconds: Option<f64>, frames: Option<usize>) -> Vec<Arc<Frame>> {
         lock(&self.shared.db).window(seconds, frames)
+    }
+
+    /// The bounds of a window (see [`FrameDb::window_range`]).
+    pub fn window_range(&self, seconds: Option<f64>, frames: Option<usize>) -> Option<WindowRange> {
+        lock(&self.shared.db).window_range(seconds, frames)
+    }
+
+    /// The next frames of a window from sequence number `from` to `last`,
+    /// decoded under the database lock at most [`WINDOW_BATCH_FRAMES`] frames
+    /// and about [`WINDOW_BATCH_BYTES`] at a time, and counted in `buffer`.
+    pub fn window_batch(
+        &self,
+        from: u64,
+        last: u64,
+        buffer: &mut WindowBuffer<'_>,
+    ) -> Vec<(Arc<Frame>, usize)> {
+        let (frames, _) =
+            lock(&self.shared.db).window_batch(from, last, WINDOW_BATCH_FRAMES, WINDOW_BATCH_BYTES);
+        frames
+            .into_iter()
+            .map(|f| {
+                let n = db::frame_bytes(&f);
+                buffer.add(n);
+                (f, n)
+            })
+            .collect()
+    }
+
+    /// A permit to send one `window` response, or `None` when `[api]
+    /// max_windows` are being sent (the refusal is counted).
+    pub fn try_start_window(&self) -> Option<tokio::sync::OwnedSemaphorePermit> {
+        let permit = self.shared.windows.clone().try_acquire_owned().ok();
+        if permit.is_none() {
+            self.shared
+                .counters
+                .windows_refused
+                .fetch_add(1, Ordering::Relaxed);
+        }
+        permit
+    }
+
+    /// `[api] max_windows` as the monitor started with it.
+    pub fn max_windows(&self) -> usize {
+        self.shared.max_windows
+    }
+
+    /// An empty account of the bytes a `window` response holds.
+    pub fn window_buffer(&self) -> WindowBuffer<'_> {
+        WindowBuffer {
+            counters: &self.shared.counters,
+            bytes: 0,
+        }
+    }
+
+    /// Counts a `window` response cut off at its deadline.
+    pub(crate) fn window_cut(&self) {
+        self.shared
+            .counters
+            .windows_cut
+            .fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Bytes all `window` responses hold now (decoded frames and encoded lines
+    /// not yet written), and the most they held at once since start.
+    pub fn window_buffered_bytes(&self) -> (usize, usize) {
+        let c = &self.shared.counters;
+        (
+            c.window_buffered.load(Ordering::Relaxed),
+            c.window_buffered_peak.load(Ordering::Relaxed),
+        )
+    }
+
+    /// `window` requests refused because `[api] max_windows` were being sent,
+    /// and `window` responses cut off at `[api] window_timeout_s`.
+    pub fn windows_refused_and_cut(&self) -> (u64, u64) {
+        let c = &self.shared.counters;
+        (
+            c.windows_refused.load(Ordering::Relaxed),
+            c.windows_cut.load(Ordering::Relaxed),
+        )
     }
 
     /// The current event sets and unavailable events.
@@ -511,7 +664,14 @@ impl MonitorHandle {
 
     /// Replaces the event sets rotated for every target (until the next reload).
     /// Blocks for up to one sampling tick.
+    /// An empty list is refused: it would stop all counting.
     pub fn set_event_sets(&self, sets: Vec<Vec<String>>) -> Result<EventSets, String> {
+        if sets.is_empty() {
+            return Err(
+                "no event sets given; at least one set is needed (an empty list would stop all counting)"
+                    .into(),
+            );
+        }
         let check = self.shared.engine.check_event.clone();
         config::check_event_sets(&sets, &move |n: &str| check(n))?;
         let mut source = lock(&self.shared.source);

@@ -192,3 +192,61 @@ fn sleep_strategy_is_accepted() {
     let (code, out, _dir) = check(&format!("sleep = \"hybrid:50us\"\n{SW_SETS}\n"));
     assert_eq!(code, 0, "{out}");
 }
+
+/// Runs `--check-config --config PATH`, killing it if it has not exited after
+/// 30 s (a generous bound: a reader that blocks on a FIFO never exits).
+fn check_path(path: &std::path::Path) -> (Option<i32>, String) {
+    use std::process::{Command, Stdio};
+    use std::time::{Duration, Instant};
+    let mut child = Command::new(common::BIN)
+        .args(["--check-config", "--config"])
+        .arg(path)
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let start = Instant::now();
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break Some(s);
+        }
+        if start.elapsed() > Duration::from_secs(30) {
+            let _ = child.kill();
+            let _ = child.wait();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let mut stderr = String::new();
+    use std::io::Read;
+    let _ = child.stderr.take().unwrap().read_to_string(&mut stderr);
+    (status.and_then(|s| s.code()), stderr)
+}
+
+#[test]
+fn config_paths_that_are_not_regular_files_are_refused_without_reading_them() {
+    // /dev/zero would be read without end.
+    let (code, stderr) = check_path(std::path::Path::new("/dev/zero"));
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(
+        stderr.contains("/dev/zero")
+            && stderr.contains("is a character device, not a regular file"),
+        "{stderr}"
+    );
+    // A FIFO without a writer would block the reader for ever.
+    let dir = tempfile::tempdir().unwrap();
+    let fifo = dir.path().join("monitor.toml");
+    let c = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).unwrap();
+    // SAFETY: mkfifo(3) with a valid NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    let (code, stderr) = check_path(&fifo);
+    assert_eq!(code, Some(2), "still running after 30 s, or: {stderr}");
+    assert!(stderr.contains("is a FIFO, not a regular file"), "{stderr}");
+    // A config file larger than the bound is refused, not parsed.
+    let big = dir.path().join("big.toml");
+    std::fs::write(&big, "#".repeat(2 << 20)).unwrap();
+    let (code, stderr) = check_path(&big);
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stderr.contains("is larger than 1048576 bytes"), "{stderr}");
+}

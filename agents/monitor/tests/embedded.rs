@@ -149,3 +149,53 @@ fn embedded_monitor_with_a_scripted_source() {
     assert!(!rec.frames.is_empty() && rec.frames.len() <= 5);
     monitor.stop();
 }
+
+#[test]
+fn set_event_sets_refuses_an_empty_list_and_too_many_sets() {
+    let out = tempfile::tempdir().unwrap();
+    let mut config = Config {
+        rate_hz: 100.0,
+        event_sets: vec![vec!["sw.page_faults".into()]],
+        ..Config::default()
+    };
+    config.output.dir = out.path().to_path_buf();
+    config.api.enabled = false;
+    config.metrics.enabled = false;
+    let monitor = Monitor::start(config, None, None, engine()).unwrap();
+    let h = monitor.handle();
+    let before = h.event_sets().sets;
+    let e = h.set_event_sets(vec![]).unwrap_err();
+    assert!(e.contains("no event sets given"), "{e}");
+    let thousand: Vec<Vec<String>> = (0..1000)
+        .map(|_| vec!["sw.page_faults".into(), "sw.task_clock".into()])
+        .collect();
+    let e = h.set_event_sets(thousand).unwrap_err();
+    assert!(e.contains("1000 event sets given; at most 32"), "{e}");
+    // The sets in effect are unchanged.
+    assert_eq!(h.event_sets().sets, before);
+    monitor.stop();
+}
+
+#[test]
+fn start_removes_the_temporary_file_of_an_interrupted_flush() {
+    let out = tempfile::tempdir().unwrap();
+    // What kill -9 during a flush leaves: a hidden, half-written temporary file.
+    let stale = out
+        .path()
+        .join(".hwqos-node-20260101T000000Z-99.k3Xq9a.tmp");
+    std::fs::write(&stale, vec![b'{'; 1 << 20]).unwrap();
+    let recording = out.path().join("hwqos-node-20260101T000000Z-98.jsonl");
+    std::fs::write(&recording, b"{}\n").unwrap();
+    let mut config = Config {
+        rate_hz: 100.0,
+        event_sets: vec![vec!["sw.page_faults".into()]],
+        ..Config::default()
+    };
+    config.output.dir = out.path().to_path_buf();
+    config.api.enabled = false;
+    config.metrics.enabled = false;
+    let monitor = Monitor::start(config, None, None, engine()).unwrap();
+    assert!(!stale.exists(), "the stale temporary file is still there");
+    assert!(recording.exists(), "a finished recording was removed");
+    monitor.stop();
+}
