@@ -57,7 +57,8 @@ pub enum Command {
         #[command(flatten)]
         loop_args: LoopArgs,
     },
-    /// Open-loop replay of a model's knobs.
+    /// Replay a model: its targets held in closed loop from the stored knobs
+    /// (default), or its knobs fixed (`--open-loop`).
     Replay {
         /// Model file (`hwqos.loadmodel/1`).
         model: PathBuf,
@@ -70,6 +71,10 @@ pub enum Command {
         /// Replay the recorded time series, not just the mean.
         #[arg(long)]
         dynamic: bool,
+        /// Apply the model's knobs fixed instead of holding its targets: the
+        /// totals then move with whatever else runs on the CPU.
+        #[arg(long)]
+        open_loop: bool,
         /// Replay a model made on a different CPU model anyway.
         #[arg(long)]
         force: bool,
@@ -81,10 +86,12 @@ pub enum Command {
         period_ms: u64,
         /// Measure only these processes (comma-separated PIDs, `self` for this
         /// one) instead of everything on the CPU; see `synthesize --help`.
+        /// Default: what the model was synthesized on (the whole CPU, or
+        /// `self` for a model made with --measure-processes).
         #[arg(long, value_name = "PIDS")]
         measure_processes: Option<String>,
         /// Serve OpenMetrics `/metrics` on this address (e.g. 127.0.0.1:9465;
-        /// port 0 picks a free one, printed on stderr); measures while it runs.
+        /// port 0 picks a free one, printed on stderr).
         #[arg(long, value_name = "ADDR")]
         metrics_listen: Option<String>,
     },

@@ -34,6 +34,8 @@ use std::time::Duration;
 pub struct RunSection {
     pub model: Option<PathBuf>,
     pub dynamic: bool,
+    /// Apply the model's knobs fixed instead of holding its targets.
+    pub open_loop: bool,
     /// Replay a model made on a different CPU model anyway.
     pub force: bool,
 }
@@ -375,6 +377,18 @@ fn execute(cmd: Command, config: &AgentConfig, config_path: Option<&Path>) -> Re
     let cfg = config.load_config();
     match cmd {
         Command::CheckConfig => {
+            // The agent's model must exist and load: the unit runs this
+            // before `run` (exit 2 stops systemd from restarting it).
+            if let Some(m) = &config.run.model {
+                LoadModel::load(m).map_err(|e| {
+                    usage(format!(
+                        "{}: [run] model = \"{}\": {e} (make one with `hwqos-loadgen synthesize TARGETS -o {}`)",
+                        config_path.map_or("(configuration)".into(), |p| p.display().to_string()),
+                        m.display(),
+                        m.display()
+                    ))
+                })?;
+            }
             println!(
                 "{}: ok",
                 config_path.map_or("(default configuration)".into(), |p| p
@@ -448,17 +462,22 @@ fn execute(cmd: Command, config: &AgentConfig, config_path: Option<&Path>) -> Re
             duration,
             verify,
             dynamic,
+            open_loop,
             force,
             json,
             period_ms,
             measure_processes,
             metrics_listen,
         } => {
-            let on = measure_on(measure_processes.as_deref())?;
+            let on = measure_processes
+                .as_deref()
+                .map(|p| measure_on(Some(p)))
+                .transpose()?;
             let opts = ReplayArgs {
                 duration,
                 verify,
                 dynamic,
+                open_loop,
                 force,
                 json,
                 period_ms,
@@ -473,7 +492,11 @@ fn execute(cmd: Command, config: &AgentConfig, config_path: Option<&Path>) -> Re
             metrics_listen,
         } => {
             let model = model.or_else(|| config.run.model.clone()).ok_or_else(|| {
-                usage("no model: give one or set [run] model in the configuration")
+                usage(format!(
+                    "no model to replay: set [run] model in {} or give one as an argument \
+                     (make one with `hwqos-loadgen synthesize TARGETS -o FILE`; docs/loadgen.md)",
+                    config_path.map_or("the configuration".into(), |p| p.display().to_string())
+                ))
             })?;
             let notify = sd_notify::notify;
             let _ = notify(&[sd_notify::NotifyState::Status("loading model")]);
@@ -481,10 +504,11 @@ fn execute(cmd: Command, config: &AgentConfig, config_path: Option<&Path>) -> Re
                 duration: None,
                 verify: false,
                 dynamic: dynamic || config.run.dynamic,
+                open_loop: config.run.open_loop,
                 force: config.run.force,
                 json: false,
                 period_ms: 250,
-                on: MeasureOn::WholeCpu,
+                on: None,
                 metrics_listen: metrics_listen.or_else(|| {
                     config
                         .metrics
@@ -499,6 +523,10 @@ fn execute(cmd: Command, config: &AgentConfig, config_path: Option<&Path>) -> Re
                 .iter()
                 .map(|k| parse_knob(k).map_err(usage))
                 .collect::<Result<_, _>>()?;
+            for (k, ((m, _), v)) in knobs.iter().zip(&pairs) {
+                hwqos_loadsynth::actuate::check_knob(*m, *v, &cfg)
+                    .map_err(|e| usage(format!("--knob `{k}`: {e}")))?;
+            }
             let topology = hwqos_topology::Topology::this_node()
                 .map_err(|e| Failure(1, format!("reading this node's topology: {e}")))?;
             check_cpus(&pairs, &topology)?;
@@ -575,6 +603,17 @@ fn synthesize(
     let wanted: Vec<(LoadMetric, u32)> = pairs.iter().map(|p| p.0).collect();
     let period = Duration::from_millis(a.period_ms.max(10));
     let on = measure_on(a.measure_processes.as_deref())?;
+    let scope = match &on {
+        MeasureOn::WholeCpu => hwqos_loadsynth::model::ModelScope::WholeCpu,
+        MeasureOn::Processes(p) => hwqos_loadsynth::model::ModelScope::Processes {
+            this_process: p.contains(&std::process::id()),
+            others: p
+                .iter()
+                .copied()
+                .filter(|x| *x != std::process::id())
+                .collect(),
+        },
+    };
     // Generators first, then the source: replay opens them in this order too,
     // so both count the generator threads the same way.
     let mut act = synth::actuators_for(&pairs, &node.topology, cfg)?;
@@ -624,8 +663,9 @@ fn synthesize(
     });
     bars.finish();
     let stopped = act.stop();
-    let model = result?;
+    let mut model = result?;
     stopped?;
+    model.measured_on = scope;
     println!(
         "converged in {:.1} s ({} samples of {} ms)",
         model.convergence_s, model.samples, a.period_ms
@@ -648,11 +688,49 @@ struct ReplayArgs {
     duration: Option<f64>,
     verify: bool,
     dynamic: bool,
+    open_loop: bool,
     force: bool,
     json: bool,
     period_ms: u64,
-    on: MeasureOn,
+    /// What to measure; `None`: what the model was synthesized on.
+    on: Option<MeasureOn>,
     metrics_listen: Option<String>,
+}
+
+/// What a replay measures: `--measure-processes` if given, else the model's
+/// own scope (`self` for a model made on processes: the PIDs of that time
+/// are gone, and are named in a warning).
+fn replay_scope(model: &LoadModel, given: Option<&MeasureOn>) -> MeasureOn {
+    use hwqos_loadsynth::model::ModelScope;
+    if let Some(on) = given {
+        return on.clone();
+    }
+    match &model.measured_on {
+        ModelScope::WholeCpu => MeasureOn::WholeCpu,
+        ModelScope::Processes {
+            this_process,
+            others,
+        } => {
+            if !others.is_empty() {
+                tracing::warn!(
+                    "the model was synthesized measuring this process and PIDs {others:?}; \
+                     replay measures only this process (list the others with --measure-processes self,PID…)"
+                );
+            }
+            if !this_process {
+                tracing::warn!("the model was synthesized without `self` in --measure-processes; measuring this process");
+            }
+            MeasureOn::Processes(vec![std::process::id()])
+        }
+    }
+}
+
+fn describe_scope(on: &MeasureOn) -> String {
+    match on {
+        MeasureOn::WholeCpu => "the whole CPU".into(),
+        MeasureOn::Processes(p) if p == &[std::process::id()] => "this process".into(),
+        MeasureOn::Processes(p) => format!("processes {p:?}"),
+    }
 }
 
 fn replay(model_path: &Path, a: &ReplayArgs, cfg: &LoadConfig, agent: bool) -> Result<(), Failure> {
@@ -660,6 +738,7 @@ fn replay(model_path: &Path, a: &ReplayArgs, cfg: &LoadConfig, agent: bool) -> R
         duration,
         verify,
         dynamic,
+        open_loop,
         force,
         json,
         period_ms,
@@ -689,28 +768,68 @@ fn replay(model_path: &Path, a: &ReplayArgs, cfg: &LoadConfig, agent: bool) -> R
     stop_on_signals(&stop);
     let mode = if agent { "run" } else { "replay" };
     let (snapshot, server) = start_metrics(a.metrics_listen.as_deref(), mode, model_path)?;
-    // With /metrics on, measure too (the dashboard wants the error); only
-    // --verify makes a measurement failure fatal.
+    // Closed loop (the default) measures all along; open loop only for
+    // --verify or /metrics. A measurement that cannot start is fatal for
+    // --verify and a closed-loop replay (exit 1, naming --open-loop), a
+    // warning for the agent (it replays the knobs open loop) and /metrics.
+    let on = replay_scope(&model, a.on.as_ref());
     let measure = || {
         LocalSource::measuring(
             &wanted,
             Duration::from_millis(period_ms.max(10)),
-            a.on.clone(),
+            on.clone(),
         )
     };
-    let mut source = if verify {
-        Some(measure()?)
-    } else if server.is_some() {
+    let mut mode = if open_loop {
+        synth::ReplayMode::OpenLoop
+    } else {
+        synth::ReplayMode::ClosedLoop
+    };
+    let mut source = if verify || (mode == synth::ReplayMode::ClosedLoop && !agent) {
+        Some(measure().map_err(|e| {
+            Failure(
+                1,
+                format!(
+                    "measuring {} to hold the targets: {e} (--open-loop replays the knobs without measuring)",
+                    describe_scope(&on)
+                ),
+            )
+        })?)
+    } else if server.is_some() || mode == synth::ReplayMode::ClosedLoop {
         match measure() {
             Ok(s) => Some(s),
             Err(e) => {
-                tracing::warn!("measuring for /metrics: {e}; serving targets and knobs only");
+                tracing::warn!(
+                    "measuring {}: {e}; replaying the model's knobs open loop",
+                    describe_scope(&on)
+                );
                 None
             }
         }
     } else {
         None
     };
+    if source.is_none() {
+        mode = synth::ReplayMode::OpenLoop;
+    }
+    eprintln!(
+        "replaying {}: {}, measuring {}",
+        model_path.display(),
+        match (mode, source.is_some()) {
+            (synth::ReplayMode::ClosedLoop, _) => "targets held in closed loop",
+            (synth::ReplayMode::OpenLoop, _) => "knobs fixed (open loop)",
+        },
+        if source.is_some() {
+            describe_scope(&on)
+        } else {
+            "nothing".into()
+        }
+    );
+    let knob_handles: Vec<Option<hwqos_loadsynth::knob::Knob>> = model
+        .entries
+        .iter()
+        .map(|e| act.knob(e.metric, e.cpu).cloned())
+        .collect();
     {
         let mut snap = lock(&snapshot);
         for e in &model.entries {
@@ -746,8 +865,9 @@ fn replay(model_path: &Path, a: &ReplayArgs, cfg: &LoadConfig, agent: bool) -> R
         source.as_mut().map(|s| s as &mut dyn MetricSource),
         d,
         dynamic,
+        mode,
         2,
-        &mut |t, values| {
+        &mut |t: f64, values: &synth::Values| {
             bar.set_position(t as u64);
             let msg: Vec<String> = values
                 .iter()
@@ -771,13 +891,9 @@ fn replay(model_path: &Path, a: &ReplayArgs, cfg: &LoadConfig, agent: bool) -> R
             bar.set_message(msg.join("  "));
             {
                 let mut snap = lock(&snapshot);
-                for e in &model.entries {
+                for (e, k) in model.entries.iter().zip(&knob_handles) {
                     let measured = values.get(&(e.metric, e.cpu)).copied();
-                    let knob = if dynamic {
-                        synth::dynamic_knob(e, t)
-                    } else {
-                        e.knob
-                    };
+                    let knob = k.as_ref().map_or(e.knob, |k| k.get());
                     snap.update_pair(
                         e.metric.name(),
                         e.cpu,
@@ -811,6 +927,15 @@ fn replay(model_path: &Path, a: &ReplayArgs, cfg: &LoadConfig, agent: bool) -> R
     tracing::debug!("generators stopped in {took:?}");
     let deviations = result?;
     if verify {
+        eprintln!(
+            "measured {} ({})",
+            describe_scope(&on),
+            if mode == synth::ReplayMode::ClosedLoop {
+                "closed loop"
+            } else {
+                "open loop"
+            }
+        );
         if json {
             println!(
                 "{}",

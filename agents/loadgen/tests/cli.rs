@@ -192,26 +192,179 @@ fn sigterm_stops_everything_and_cleans_up() {
         ])
         .spawn()
         .unwrap();
-    // Wait until the I/O file exists (the generators run).
-    let has_file = || {
-        std::fs::read_dir(dir.path()).unwrap().any(|e| {
-            e.unwrap()
-                .file_name()
-                .to_string_lossy()
-                .starts_with("hwqos-loadgen-io-")
-        })
-    };
-    let mut waited = 0;
-    while !has_file() {
-        std::thread::sleep(Duration::from_millis(50));
-        waited += 1;
-        assert!(waited < 600, "the I/O generator never created its file");
-    }
+    wait_for_io_file(child.id(), dir.path());
     let pid = nix::unistd::Pid::from_raw(child.id() as i32);
     nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
     let status = child.wait().unwrap();
     assert!(status.success(), "exit after SIGTERM: {status}");
-    assert!(!has_file(), "the I/O file was left behind");
+    assert_eq!(io_files(dir.path()), Vec::<String>::new(), "left behind");
+}
+
+/// Files in `dir` other than the test's own configuration.
+fn io_files(dir: &Path) -> Vec<String> {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| !n.ends_with(".toml"))
+        .collect()
+}
+
+/// Waits until process `pid` holds a file in `dir` open (the I/O generator
+/// runs; with O_TMPFILE the file has no name to wait for).
+fn wait_for_io_file(pid: u32, dir: &Path) {
+    let dir = dir.canonicalize().unwrap();
+    for _ in 0..600 {
+        let open = std::fs::read_dir(format!("/proc/{pid}/fd"))
+            .map(|fds| {
+                fds.flatten()
+                    .any(|fd| std::fs::read_link(fd.path()).is_ok_and(|t| t.starts_with(&dir)))
+            })
+            .unwrap_or(false);
+        if open {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    panic!(
+        "the I/O generator never opened its file in {}",
+        dir.display()
+    );
+}
+
+/// `kill -9` gives the generator no chance to clean up: its file must still
+/// not stay behind (it has no name: O_TMPFILE), and a named file left by a
+/// process that is gone (older versions, file systems without O_TMPFILE) is
+/// removed when the next I/O generator starts in that directory.
+#[test]
+fn kill_9_leaves_no_io_file_and_stale_files_are_removed() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = write(
+        dir.path(),
+        "c.toml",
+        &format!(
+            "[io]\ndir = \"{}\"\nblock_bytes = 4096\nfile_bytes = 1048576\n",
+            dir.path().display()
+        ),
+    );
+    let mut gone = Command::new("true").spawn().unwrap();
+    let dead = gone.id();
+    gone.wait().unwrap();
+    let stale = dir.path().join(format!("hwqos-loadgen-io-{dead}-0.dat"));
+    std::fs::write(&stale, b"left by a killed generator").unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_hwqos-loadgen"))
+        .args(["--config", &cfg, "generate"])
+        .args(["--knob", "io_write_rate@0=1000000"])
+        .spawn()
+        .unwrap();
+    wait_for_io_file(child.id(), dir.path());
+    assert!(
+        !stale.exists(),
+        "the stale file {} is still there",
+        stale.display()
+    );
+    child.kill().unwrap(); // SIGKILL
+    child.wait().unwrap();
+    assert_eq!(io_files(dir.path()), Vec::<String>::new(), "left behind");
+}
+
+/// A knob outside its range is an error naming the value, not a silent clamp.
+#[test]
+fn a_knob_out_of_range_is_named() {
+    let o = loadgen(&["generate", "--knob", "cpu_util@0=5.0", "--duration", "1"]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    let e = stderr(&o);
+    assert!(
+        e.contains("cpu_util@0=5.0") && e.contains("knob 5 ") && e.contains("0..=0.95"),
+        "{e}"
+    );
+    assert!(e.contains("caps.max_cpu_share"), "{e}");
+    let o = loadgen(&[
+        "generate",
+        "--knob",
+        "llc_miss_ratio@0=1.5",
+        "--duration",
+        "1",
+    ]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains("knob 1.5"), "{}", stderr(&o));
+}
+
+/// The shipped configuration names no model (none is shipped): check-config
+/// accepts it, `run` refuses with exit 2 naming `[run] model`; a model named
+/// there that does not exist fails check-config (the unit's ExecStartPre).
+#[test]
+fn the_shipped_configuration_and_a_missing_model_are_explained() {
+    let shipped = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../deploy/config/loadgen.toml"
+    );
+    let o = loadgen(&["--config", shipped, "check-config"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let o = loadgen(&["--config", shipped, "run"]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains("[run] model"), "{}", stderr(&o));
+    assert!(stderr(&o).contains("synthesize"), "{}", stderr(&o));
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("no-such-model.json");
+    let cfg = write(
+        dir.path(),
+        "c.toml",
+        &format!("[run]\nmodel = \"{}\"\n", missing.display()),
+    );
+    let o = loadgen(&["--config", &cfg, "check-config"]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("[run] model") && stderr(&o).contains("no-such-model.json"),
+        "{}",
+        stderr(&o)
+    );
+}
+
+/// `replay --verify` measures what the model was synthesized on (here: this
+/// process, as `--measure-processes self` records it) unless
+/// `--measure-processes` says otherwise, and says what it measured.
+#[test]
+fn replay_verify_measures_the_models_scope() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut model: serde_json::Value = serde_json::from_str(&model_json(None)).unwrap();
+    model["measured_on"] =
+        serde_json::json!({"kind": "processes", "this_process": true, "others": []});
+    let m = write(dir.path(), "m.json", &model.to_string());
+    let o = loadgen(&["replay", &m, "--duration", "2", "--verify", "--json"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("measured this process"),
+        "{}",
+        stderr(&o)
+    );
+    let devs: Vec<serde_json::Value> = serde_json::from_slice(&o.stdout).unwrap();
+    // This process's own share, not the whole CPU's (other tenants' builds).
+    let measured = devs[0]["measured"].as_f64().unwrap();
+    assert!(measured < 0.2, "measured {measured}");
+    // A whole-CPU model measured on this process, as asked.
+    let m = write(dir.path(), "w.json", &model_json(None));
+    let o = loadgen(&[
+        "replay",
+        &m,
+        "--duration",
+        "1",
+        "--verify",
+        "--measure-processes",
+        "self",
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("measured this process"),
+        "{}",
+        stderr(&o)
+    );
+    let o = loadgen(&["replay", &m, "--duration", "1", "--verify"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("measured the whole CPU"),
+        "{}",
+        stderr(&o)
+    );
 }
 
 /// Agent mode: `run` replays the configured model, tells the service manager

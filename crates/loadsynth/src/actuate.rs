@@ -94,6 +94,34 @@ pub fn knob_range(metric: LoadMetric, cfg: &LoadConfig) -> (f64, f64) {
     }
 }
 
+/// The configuration key that bounds a metric's knob (`None`: a share, 0..=1).
+pub fn knob_cap_key(metric: LoadMetric) -> Option<&'static str> {
+    match metric {
+        LoadMetric::CpuUtil => Some("caps.max_cpu_share"),
+        LoadMetric::PageFaultRate => Some("caps.max_fault_rate"),
+        LoadMetric::ContextSwitchRate => Some("caps.max_switch_rate"),
+        LoadMetric::MemBandwidth => Some("caps.max_mem_bandwidth"),
+        LoadMetric::IoWriteRate => Some("caps.max_io_rate"),
+        _ => None,
+    }
+}
+
+/// Checks a knob given by hand (`generate --knob`) against its range:
+/// out of range is an error naming the value and the bound, not a silent clamp.
+pub fn check_knob(metric: LoadMetric, value: f64, cfg: &LoadConfig) -> Result<(), String> {
+    let (lo, hi) = knob_range(metric, cfg);
+    if value.is_finite() && (lo..=hi).contains(&value) {
+        return Ok(());
+    }
+    let bound = match knob_cap_key(metric) {
+        Some(key) => format!("{key} = {hi}"),
+        None => "a share of accesses".into(),
+    };
+    Err(format!(
+        "knob {value} for {metric} is out of range: it must lie in {lo}..={hi} ({bound})"
+    ))
+}
+
 /// Memory a generator for `metric` uses on one CPU.
 fn memory_of(metric: LoadMetric, caches: &CacheLevels, cfg: &LoadConfig) -> u64 {
     let page = gen::faults::page_size() as u64;

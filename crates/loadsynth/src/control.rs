@@ -10,6 +10,13 @@
 //! integration: anti-windup), so a saturated loop recovers at once when the
 //! target moves back into reach.
 //!
+//! A pair is *within tolerance* when the mean of its last `needed`
+//! measurements is, and each half of that window is within twice the
+//! tolerance (no transient passes): one interval's value is too coarse a
+//! judge — `/proc/stat` counts idle time in 10 ms units, so a 250 ms
+//! utilization sample alone is only good to ±4 percentage points, while the
+//! mean of 8 (2 s) is good to ±0.5.
+//!
 //! Coupled metrics (an L2 miss is also an L1 miss) are controlled deepest
 //! first: each step visits a CPU's controllers from the deepest cache level
 //! up, and a shallower controller integrates at a quarter of its rate until
@@ -188,6 +195,8 @@ pub struct ClosedLoop {
     pub tolerance: BTreeMap<(LoadMetric, u32), (f64, f64)>,
     pub convergence: Convergence,
     last: BTreeMap<(LoadMetric, u32), f64>,
+    /// The last `needed` measurements per pair (the convergence window).
+    window: BTreeMap<(LoadMetric, u32), std::collections::VecDeque<f64>>,
     last_t: Option<u64>,
     /// Samples taken so far.
     pub samples: u64,
@@ -200,6 +209,7 @@ impl ClosedLoop {
             tolerance: BTreeMap::new(),
             convergence: Convergence::new(needed),
             last: BTreeMap::new(),
+            window: BTreeMap::new(),
             last_t: None,
             samples: 0,
         }
@@ -211,12 +221,50 @@ impl ClosedLoop {
         self.tolerance.insert((metric, cpu), tolerance);
     }
 
-    fn pair_within(&self, key: &(LoadMetric, u32), factor: f64) -> bool {
+    /// Whether the pair's window (full, unless `partial`) has its mean within
+    /// `factor` × its tolerance and each half within twice that.
+    fn pair_within(&self, key: &(LoadMetric, u32), factor: f64, partial: bool) -> bool {
+        let (Some(c), Some(w)) = (self.controllers.get(key), self.window.get(key)) else {
+            return false;
+        };
+        let needed = self.convergence.needed.max(1) as usize;
+        if w.is_empty() || (!partial && w.len() < needed) {
+            return false;
+        }
+        let t = self.tolerance[key];
+        let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len() as f64;
+        let v: Vec<f64> = w.iter().copied().collect();
+        let ok = |vals: &[f64], f: f64| {
+            vals.is_empty() || within(key.0, (t.0 * f, t.1 * f), c.target(), mean(vals))
+        };
+        let (a, b) = v.split_at(v.len() / 2);
+        ok(&v, factor) && ok(a, 2.0 * factor) && ok(b, 2.0 * factor)
+    }
+
+    /// Whether the pair's last measurement is within `factor` × its tolerance
+    /// (the coupled-metric sequencing: fast, one sample is enough there).
+    fn last_within(&self, key: &(LoadMetric, u32), factor: f64) -> bool {
         let (Some(c), Some(m)) = (self.controllers.get(key), self.last.get(key)) else {
             return false;
         };
         let t = self.tolerance[key];
         within(key.0, (t.0 * factor, t.1 * factor), c.target(), *m)
+    }
+
+    /// The mean of a pair's convergence window (its last `needed` measurements).
+    pub fn window_mean(&self, metric: LoadMetric, cpu: u32) -> Option<f64> {
+        let w = self.window.get(&(metric, cpu))?;
+        (!w.is_empty()).then(|| w.iter().sum::<f64>() / w.len() as f64)
+    }
+
+    /// Moves a pair's target (dynamic replay); its window starts anew.
+    pub fn set_target(&mut self, metric: LoadMetric, cpu: u32, target: f64) {
+        if let Some(c) = self.controllers.get_mut(&(metric, cpu)) {
+            if c.target() != target {
+                c.set_target(target);
+                self.window.remove(&(metric, cpu));
+            }
+        }
     }
 
     /// Feeds one measurement: steps every controller with a value in it,
@@ -229,9 +277,15 @@ impl ClosedLoop {
         };
         self.last_t = Some(m.t_ns);
         self.samples += 1;
+        let needed = self.convergence.needed.max(1) as usize;
         for (k, v) in &m.values {
             if self.controllers.contains_key(k) {
                 self.last.insert(*k, *v);
+                let w = self.window.entry(*k).or_default();
+                w.push_back(*v);
+                while w.len() > needed {
+                    w.pop_front();
+                }
             }
         }
         let mut keys: Vec<(LoadMetric, u32)> = self.controllers.keys().copied().collect();
@@ -244,13 +298,18 @@ impl ClosedLoop {
                 .controllers
                 .keys()
                 .filter(|(dm, dc)| *dc == key.1 && dm.depth() > key.0.depth() && key.0.depth() > 0)
-                .all(|k| self.pair_within(k, 2.0));
+                .all(|k| self.last_within(k, 2.0));
             let c = self.controllers.get_mut(&key).expect("key from the map");
             let knob = c.step(v, dt, if deeper_settled { 1.0 } else { 0.25 });
             sink.set(key.0, key.1, knob);
         }
-        let all = self.controllers.keys().all(|k| self.pair_within(k, 1.0));
-        self.convergence.observe(all)
+        // A full window within tolerance is convergence (`needed` samples).
+        let all = self
+            .controllers
+            .keys()
+            .all(|k| self.pair_within(k, 1.0, false));
+        self.convergence.streak = if all { self.convergence.needed } else { 0 };
+        self.convergence.converged()
     }
 
     /// Every pair's target, last measurement and knob.
@@ -263,7 +322,7 @@ impl ClosedLoop {
                 target: c.target(),
                 measured: self.last.get(k).copied(),
                 knob: c.knob(),
-                within: self.pair_within(k, 1.0),
+                within: self.pair_within(k, 1.0, false),
             })
             .collect()
     }

@@ -32,6 +32,23 @@ pub struct ModelEntry {
     pub series: Vec<(f64, f64)>,
 }
 
+/// What the closed loop measured when the model was made: replay measures
+/// the same unless told otherwise.
+#[derive(Clone, Debug, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
+pub enum ModelScope {
+    /// Everything on each CPU (the default).
+    #[default]
+    WholeCpu,
+    /// Only processes: the synthesizing process itself (`this_process`) and
+    /// `others` (PIDs of that time, e.g. a background load that was topped up).
+    Processes {
+        this_process: bool,
+        #[serde(default)]
+        others: Vec<u32>,
+    },
+}
+
 /// A synthesized load model.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -44,6 +61,9 @@ pub struct LoadModel {
     pub convergence_s: f64,
     pub samples: u64,
     pub period_s: f64,
+    /// What was measured (models written before this field: the whole CPU).
+    #[serde(default)]
+    pub measured_on: ModelScope,
     pub entries: Vec<ModelEntry>,
 }
 

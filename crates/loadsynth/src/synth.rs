@@ -1,7 +1,16 @@
 //! The workflow of thesis 6.2.1 on top of the parts: [`synthesize`] (closed
-//! loop until converged, then the knobs become a model) and [`replay`] (open
-//! loop from a model's knobs, optionally following the recorded series and
-//! measuring the deviation per metric).
+//! loop until converged, then the knobs become a model) and [`replay`] (from
+//! a model's knobs, optionally following the recorded series and measuring
+//! the deviation per metric).
+//!
+//! A target is a *total* (everything on the CPU, or the listed processes),
+//! and a fixed knob holds a total only while the rest of it — other tasks on
+//! the CPU, what the other generators cost under contention — stays as it
+//! was during synthesis. So [`replay`] with a source keeps the loop closed
+//! ([`ReplayMode::ClosedLoop`], the CLI's default): the controllers start
+//! from the stored knobs (no transient when nothing changed) and go on
+//! holding the targets when something did. [`ReplayMode::OpenLoop`] applies
+//! the stored knobs as they are (the thesis' open-loop replay).
 
 use crate::actuate::{Actuators, CacheLevels};
 use crate::config::LoadConfig;
@@ -152,6 +161,7 @@ pub fn synthesize<S: KnobSink>(
         convergence_s,
         samples,
         period_s: opts.period.as_secs_f64(),
+        measured_on: crate::model::ModelScope::WholeCpu,
         entries,
     })
 }
@@ -192,15 +202,7 @@ pub fn dynamic_knob(e: &ModelEntry, t_s: f64) -> f64 {
     if e.series.is_empty() || e.target <= 0.0 {
         return e.knob;
     }
-    let span = e.series.last().map_or(0.0, |p| p.0).max(1e-9);
-    let t = t_s % span;
-    let v = e
-        .series
-        .iter()
-        .rev()
-        .find(|p| p.0 <= t)
-        .or(e.series.first())
-        .map_or(e.target, |p| p.1);
+    let v = dynamic_target(e, t_s);
     (e.knob * v / e.target).clamp(e.controller.range.0, e.controller.range.1)
 }
 
@@ -218,17 +220,50 @@ fn ended(actuators: &Actuators) -> bool {
     false
 }
 
+/// The convergence window of a closed-loop replay (samples).
+pub const REPLAY_WINDOW: u32 = 8;
+
 /// Measured values per (metric, CPU).
 pub type Values = BTreeMap<(LoadMetric, u32), f64>;
 
-/// Replays `model` open loop on `actuators` for `duration`; with a `source`,
-/// measures every pair (after `warmup` samples) and returns the deviations.
+/// How [`replay`] drives the knobs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum ReplayMode {
+    /// Controllers start from the stored knobs and keep holding the targets
+    /// (needs a source; without one the knobs stay fixed).
+    #[default]
+    ClosedLoop,
+    /// The stored knobs, fixed (or scaled by the series for `dynamic`).
+    OpenLoop,
+}
+
+/// The target of an entry at time `t_s` of a dynamic replay (the series
+/// value, looping over the recorded span), or its mean.
+pub fn dynamic_target(e: &ModelEntry, t_s: f64) -> f64 {
+    if e.series.is_empty() {
+        return e.target;
+    }
+    let span = e.series.last().map_or(0.0, |p| p.0).max(1e-9);
+    let t = t_s % span;
+    e.series
+        .iter()
+        .rev()
+        .find(|p| p.0 <= t)
+        .or(e.series.first())
+        .map_or(e.target, |p| p.1)
+}
+
+/// Replays `model` on `actuators` for `duration`; with a `source`, measures
+/// every pair (after `warmup` samples), holds the targets when `mode` is
+/// [`ReplayMode::ClosedLoop`], and returns the deviations.
+#[allow(clippy::too_many_arguments)]
 pub fn replay(
     model: &LoadModel,
     actuators: &mut Actuators,
     source: Option<&mut dyn MetricSource>,
     duration: Duration,
     dynamic: bool,
+    mode: ReplayMode,
     warmup: usize,
     progress: &mut dyn FnMut(f64, &Values),
 ) -> Result<Vec<Deviation>, LoadError> {
@@ -248,6 +283,18 @@ pub fn replay(
                 .map(|w| ((e.metric, e.cpu), w))
         })
         .collect();
+    // The closed loop: one controller per measured pair, starting from the
+    // stored knob (its bias) with the model's gains and range.
+    let mut lp = ClosedLoop::new(crate::synth::REPLAY_WINDOW);
+    if mode == ReplayMode::ClosedLoop {
+        for e in &model.entries {
+            if e.metric.formula() == Formula::SelfReported {
+                continue;
+            }
+            let c = Controller::new(e.target, e.knob, e.controller.range, e.controller.gains);
+            lp.add(e.metric, e.cpu, c, e.tolerance);
+        }
+    }
     match source {
         Some(src) => {
             let mut n = 0usize;
@@ -257,9 +304,21 @@ pub fn replay(
                 }
                 let m = src.next()?;
                 n += 1;
+                if mode == ReplayMode::ClosedLoop {
+                    if dynamic {
+                        for e in &model.entries {
+                            lp.set_target(e.metric, e.cpu, dynamic_target(e, elapsed()));
+                        }
+                    }
+                    lp.step(&m, actuators);
+                }
                 if dynamic {
                     for e in &model.entries {
-                        actuators.set(e.metric, e.cpu, dynamic_knob(e, elapsed()));
+                        if mode == ReplayMode::OpenLoop
+                            || !lp.controllers.contains_key(&(e.metric, e.cpu))
+                        {
+                            actuators.set(e.metric, e.cpu, dynamic_knob(e, elapsed()));
+                        }
                     }
                 }
                 if n > warmup {

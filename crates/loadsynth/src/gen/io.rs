@@ -57,6 +57,78 @@ impl Default for IoSettings {
     }
 }
 
+/// Name prefix of the fallback named files.
+pub const FILE_PREFIX: &str = "hwqos-loadgen-io-";
+
+/// Opens the generator's file in `cfg.dir`: unnamed (`O_TMPFILE`) where the
+/// file system supports it, else named (returned, to be removed on stop).
+fn open_file(cfg: &IoSettings, cpu: u32) -> std::io::Result<(std::fs::File, Option<PathBuf>)> {
+    let sync = if cfg.sync == SyncMode::OSync {
+        libc::O_SYNC
+    } else {
+        0
+    };
+    let named = cfg
+        .dir
+        .join(format!("{FILE_PREFIX}{}-{cpu}.dat", std::process::id()));
+    let mut opts = std::fs::OpenOptions::new();
+    opts.write(true)
+        .custom_flags(libc::O_TMPFILE | sync)
+        .mode(0o600);
+    match opts.open(&cfg.dir) {
+        Ok(f) => return Ok((f, None)),
+        // EOPNOTSUPP / EISDIR / EINVAL: no O_TMPFILE on this file system or kernel.
+        Err(e)
+            if matches!(
+                e.raw_os_error(),
+                Some(libc::EOPNOTSUPP) | Some(libc::EISDIR) | Some(libc::EINVAL)
+            ) => {}
+        Err(e) => {
+            return Err(std::io::Error::new(
+                e.kind(),
+                format!("opening a file in {}: {e}", cfg.dir.display()),
+            ))
+        }
+    }
+    let mut opts = std::fs::OpenOptions::new();
+    opts.create(true).write(true).truncate(true);
+    opts.custom_flags(sync);
+    let f = opts
+        .open(&named)
+        .map_err(|e| std::io::Error::new(e.kind(), format!("opening {}: {e}", named.display())))?;
+    Ok((f, Some(named)))
+}
+
+/// Removes `hwqos-loadgen-io-PID-CPU.dat` files in `dir` whose process no
+/// longer runs: left by a generator that was
+/// killed (`kill -9`) on a file system without `O_TMPFILE`, or by an older
+/// version. Returns the files removed.
+pub fn remove_stale_files(dir: &std::path::Path) -> Vec<PathBuf> {
+    let mut removed = Vec::new();
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return removed;
+    };
+    for e in entries.flatten() {
+        let name = e.file_name();
+        let Some(pid) = name
+            .to_str()
+            .and_then(|n| n.strip_prefix(FILE_PREFIX))
+            .and_then(|n| n.strip_suffix(".dat"))
+            .and_then(|n| n.split('-').next())
+            .and_then(|p| p.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        // A reused PID keeps its file until that process is gone too.
+        let alive = std::path::Path::new(&format!("/proc/{pid}")).exists();
+        if !alive && std::fs::remove_file(e.path()).is_ok() {
+            tracing::info!("removed a stale I/O file {}", e.path().display());
+            removed.push(e.path());
+        }
+    }
+    removed
+}
+
 /// Runs until stopped or until `max_total_bytes` were written.
 pub fn run(
     ctx: &Context,
@@ -66,19 +138,8 @@ pub fn run(
 ) -> std::io::Result<()> {
     let block = cfg.block_bytes.max(512);
     let blocks_in_file = (cfg.file_bytes / block as u64).max(1);
-    let path = cfg.dir.join(format!(
-        "hwqos-loadgen-io-{}-{}.dat",
-        std::process::id(),
-        ctx.cpu
-    ));
-    let mut opts = std::fs::OpenOptions::new();
-    opts.create(true).write(true).truncate(true);
-    if cfg.sync == SyncMode::OSync {
-        opts.custom_flags(libc::O_SYNC);
-    }
-    let mut file = opts
-        .open(&path)
-        .map_err(|e| std::io::Error::new(e.kind(), format!("opening {}: {e}", path.display())))?;
+    remove_stale_files(&cfg.dir);
+    let (mut file, path) = open_file(cfg, ctx.cpu)?;
     let data = vec![0xA5u8; block];
     let mut written = 0u64;
     let mut next = 0u64;
@@ -122,12 +183,56 @@ pub fn run(
         },
     );
     drop(file);
-    let _ = std::fs::remove_file(&path);
+    if let Some(p) = &path {
+        let _ = std::fs::remove_file(p);
+    }
     match failure {
         Some(e) => Err(std::io::Error::new(
             e.kind(),
-            format!("writing {}: {e}", path.display()),
+            format!(
+                "writing {}: {e}",
+                path.as_deref().unwrap_or(&cfg.dir).display()
+            ),
         )),
         None => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stale_files_of_dead_processes_are_removed_and_live_ones_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        // A process that has exited: its PID is free (until reused).
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let dead = child.id();
+        child.wait().unwrap();
+        let stale = dir.path().join(format!("{FILE_PREFIX}{dead}-1.dat"));
+        let live = dir
+            .path()
+            .join(format!("{FILE_PREFIX}{}-0.dat", std::process::id()));
+        let other = dir.path().join("unrelated.dat");
+        for p in [&stale, &live, &other] {
+            std::fs::write(p, b"x").unwrap();
+        }
+        assert_eq!(remove_stale_files(dir.path()), vec![stale.clone()]);
+        assert!(!stale.exists());
+        assert!(live.exists() && other.exists());
+    }
+
+    #[test]
+    fn the_file_has_no_name_where_o_tmpfile_works() {
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = IoSettings {
+            dir: dir.path().into(),
+            ..IoSettings::default()
+        };
+        let (mut f, name) = open_file(&cfg, 0).unwrap();
+        f.write_all(b"data").unwrap();
+        if name.is_none() {
+            assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+        }
     }
 }
