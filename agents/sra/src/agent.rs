@@ -20,7 +20,7 @@ use hwqos_sched::backend::userspace::{
     OverflowRoute, ThrottleMethod, UserspaceBackend, UserspaceOptions,
 };
 use hwqos_sched::backend::{detect, BackendKind, QuotaBackend, QuotaStats};
-use hwqos_sched::contract::{Contract, Skipped};
+use hwqos_sched::contract::{Contract, Guard, Skipped};
 use hwqos_sched::guardian::GuardianClient;
 use hwqos_sched::model::{ProcessModel, Sensitivity, SensitivityModel};
 use hwqos_sched::SchedError;
@@ -218,8 +218,25 @@ impl Agent {
         self.reconcile(true);
     }
 
-    /// Follows process and thread churn for the current contract and re-pins.
+    /// What of `contract` cannot apply on this machine now (the entries
+    /// [`Agent::apply`] would skip, with the reasons), without applying it.
+    pub fn check(&self, contract: &Contract) -> Vec<Skipped> {
+        contract
+            .resolve(&self.online, &self.catalog, &self.resolver, &self.guard())
+            .1
+    }
+
+    /// The agent's own processes: itself (every thread), its guardian and
+    /// its other children. No selector ever matches them.
+    fn guard(&self) -> Guard {
+        let guardian: Vec<u32> = self.backend.guardian_pid().into_iter().collect();
+        Guard::for_this_process(&guardian)
+    }
+
+    /// Follows process and thread churn for the current contract and re-pins;
+    /// replaces a crash guardian that died.
     pub fn maintain(&mut self) {
+        self.backend.check_guardian();
         for pid in self.backend.refresh_threads() {
             self.applied.remove(&pid);
         }
@@ -230,7 +247,8 @@ impl Agent {
         let Some(contract) = self.contract.clone() else {
             return;
         };
-        let (resolved, skipped) = contract.resolve(&self.online, &self.catalog, &self.resolver);
+        let (resolved, skipped) =
+            contract.resolve(&self.online, &self.catalog, &self.resolver, &self.guard());
         if log_skips {
             for s in &skipped {
                 tracing::warn!(entry = %s.entry, "contract entry skipped: {}", s.reason);
@@ -435,7 +453,8 @@ pub fn run_loop(
     }
     let topology = hwqos_topology::Topology::this_node()?;
     let mut model = SensitivityModel::load(&a.model)?;
-    let mut version = match std::fs::read_to_string(&a.contract) {
+    let saved = hwqos_sched::input::read_regular(&a.contract, hwqos_sched::input::MAX_INPUT_BYTES);
+    let mut version = match saved {
         Ok(t) => match Contract::parse(&t) {
             Ok(c) => {
                 tracing::info!(version = c.version, "re-applying the saved contract");

@@ -60,8 +60,8 @@ pub struct EnforceArgs {
     /// or agent (the overflow signal goes to the agent, which throttles).
     #[arg(long, default_value = "direct")]
     pub route: String,
-    /// SCHED_FIFO priority of the quota threads (0: none).
-    #[arg(long, default_value_t = 10)]
+    /// SCHED_FIFO priority of the quota threads (0: none, else 1..=99).
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(i32).range(0..=99))]
     pub rt_priority: i32,
     /// MemGuard-style lending of unused budget between processes with the
     /// same event and period (userspace backend, route agent).
@@ -87,6 +87,11 @@ pub struct ApplyArgs {
     /// Write per-period usage of every enforced process (JSON lines) here on exit.
     #[arg(long)]
     pub history_out: Option<PathBuf>,
+    /// Apply what can apply even when some entries cannot (an unknown event,
+    /// no matching process, a process matched twice, …): each is logged and
+    /// skipped. Without it any such entry is an error (exit 2).
+    #[arg(long)]
+    pub allow_partial: bool,
 }
 
 #[derive(Args, Debug)]

@@ -35,6 +35,9 @@ use hwqos_pmu::target::TargetSelector;
 use serde::Deserialize;
 use std::path::{Path, PathBuf};
 
+/// The largest configuration file read.
+pub const MAX_CONFIG_BYTES: u64 = 1 << 20;
+
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
     #[error("{}: {source}", path.display())]
@@ -167,6 +170,12 @@ impl Config {
                 a.max_frames
             )));
         }
+        if !(0..=99).contains(&a.rt_priority) {
+            return Err(bad(format!(
+                "agent.rt_priority = {} (0 = no SCHED_FIFO, or a SCHED_FIFO priority 1..=99)",
+                a.rt_priority
+            )));
+        }
         crate::agent::parse_enforce(&a.backend, &a.throttle, &a.route)
             .map_err(|e| bad(format!("agent: {e}")))?;
         if a.lending && a.route != "agent" {
@@ -197,11 +206,24 @@ impl Config {
         Ok(c)
     }
 
+    /// Reads and parses a configuration: a regular file of at most 1 MiB
+    /// (devices and FIFOs are refused without reading).
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
-        let text = std::fs::read_to_string(path).map_err(|e| ConfigError::Read {
-            path: path.to_path_buf(),
-            source: e,
-        })?;
+        let text =
+            hwqos_sched::input::read_regular(path, MAX_CONFIG_BYTES).map_err(|e| match e {
+                hwqos_sched::SchedError::File { source, .. } => ConfigError::Read {
+                    path: path.to_path_buf(),
+                    source,
+                },
+                hwqos_sched::SchedError::Invalid { reason, .. } => ConfigError::Invalid {
+                    path: path.to_path_buf(),
+                    message: reason,
+                },
+                other => ConfigError::Invalid {
+                    path: path.to_path_buf(),
+                    message: other.to_string(),
+                },
+            })?;
         Config::parse(&text, path)
     }
 }
@@ -235,6 +257,14 @@ mod tests {
             (base.replace("app.x", "x"), "x_metric"),
             (base.replace("\"name:a\"", "\"pid:x\""), "invalid target"),
             (format!("{base}[analysis]\nthreshold = 3\n"), "threshold 3"),
+            (
+                format!("{base}[agent]\nrt_priority = 1000\n"),
+                "agent.rt_priority = 1000",
+            ),
+            (
+                format!("{base}[agent]\nrt_priority = -1\n"),
+                "rt_priority = -1",
+            ),
             (format!("{base}bogus = 1\n"), "unknown field"),
         ];
         for (text, want) in cases {

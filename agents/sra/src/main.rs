@@ -86,9 +86,13 @@ fn notify(state: &[sd_notify::NotifyState]) {
 
 fn spawn_guardian() -> anyhow::Result<GuardianClient> {
     let exe = std::env::current_exe().context("locating the hwqos-sra binary for the guardian")?;
-    let mut cmd = std::process::Command::new(exe);
-    cmd.arg("__guardian");
-    let g = GuardianClient::spawn(cmd).context("starting the crash guardian")?;
+    // The same command again whenever the agent finds its guardian dead.
+    let g = GuardianClient::spawn_with(move || {
+        let mut cmd = std::process::Command::new(&exe);
+        cmd.arg("__guardian");
+        cmd
+    })
+    .context("starting the crash guardian")?;
     tracing::info!(pid = g.child_pid(), "crash guardian started");
     Ok(g)
 }
@@ -184,14 +188,29 @@ fn watchdog_tick(last: &mut Instant) {
 }
 
 fn cmd_apply(a: hwqos_sra::cli::ApplyArgs) -> anyhow::Result<()> {
-    let text = std::fs::read_to_string(&a.contract)
-        .map_err(|e| bad(format!("{}: {e}", a.contract.display())))?;
+    let text = hwqos_sched::input::read_regular(&a.contract, hwqos_sched::input::MAX_INPUT_BYTES)
+        .map_err(|e| bad(e.to_string()))?;
     let contract = hwqos_sched::contract::Contract::parse(&text)
         .map_err(|e| bad(format!("{}: {e}", a.contract.display())))?;
-    let guardian = spawn_guardian()?;
     let opts = agent_options(&a.enforce)?;
+    let guardian = spawn_guardian()?;
     let service = Service::start(a.metrics_listen.as_deref())?;
     let mut agent = Agent::new(opts, Some(guardian))?;
+    // A contract that cannot apply as written is an error, unless asked.
+    let skipped = agent.check(&contract);
+    if !skipped.is_empty() && !a.allow_partial {
+        let reasons: Vec<String> = skipped
+            .iter()
+            .map(|s| format!("entry `{}`: {}", s.entry, s.reason))
+            .collect();
+        agent.shutdown();
+        service.finish();
+        return Err(bad(format!(
+            "{}: {} (nothing applied; --allow-partial applies the other entries)",
+            a.contract.display(),
+            reasons.join("; ")
+        )));
+    }
     agent.apply(contract);
     service.publish(&agent);
     notify(&[sd_notify::NotifyState::Ready]);

@@ -109,8 +109,8 @@ fn bad_entries_are_skipped_with_a_reason_and_the_rest_applies() {
         &format!(
             r#"{{"schema":"hwqos.contract/1","entries":[
               {{"name":"ok","process":"pid:{pid}","affinity":[0],"period_us":10000,"quotas":{{"sw.page_faults":100}}}},
-              {{"name":"bad-cpu","process":"pid:{pid}","affinity":[4095]}},
-              {{"name":"bad-event","process":"pid:{pid}","quotas":{{"hw.nonsense":3}}}},
+              {{"name":"bad-cpu","process":"name:no-such-process-a","affinity":[4095]}},
+              {{"name":"bad-event","process":"name:no-such-process-b","quotas":{{"hw.nonsense":3}}}},
               {{"name":"gone","process":"pid:999999999"}}]}}"#
         ),
     );
@@ -120,6 +120,7 @@ fn bad_entries_are_skipped_with_a_reason_and_the_rest_applies() {
             contract.to_str().unwrap(),
             "--duration-s",
             "1",
+            "--allow-partial",
             "--state-dir",
         ])
         .arg(dir.path().join("state"))
@@ -419,6 +420,7 @@ fn metrics_endpoint_shows_the_enforcement() {
             contract.to_str().unwrap(),
             "--metrics-listen",
             "127.0.0.1:0",
+            "--allow-partial",
             "--state-dir",
         ])
         .arg(dir.path().join("state"))

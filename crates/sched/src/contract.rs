@@ -27,12 +27,13 @@
 //! and *skips* entries that cannot apply, each with a reason, so one stale
 //! entry never stops the rest.
 
-use crate::backend::{EventQuota, QuotaSet, MAX_EVENTS, MAX_PERIOD, MIN_PERIOD};
+use crate::backend::{EventQuota, QuotaSet, MAX_EVENTS, MAX_PERIOD, MAX_QUOTA, MIN_PERIOD};
 use crate::SchedError;
 use hwqos_pmu::catalog::Catalog;
 use hwqos_pmu::target::{Resolver, TargetSelector};
 use serde::{Deserialize, Serialize};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 pub const SCHEMA: &str = "hwqos.contract/1";
@@ -73,6 +74,10 @@ pub struct Entry {
     pub quotas: BTreeMap<String, u64>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub explanation: Vec<String>,
+    /// Allows the entry to match PID 1 or kernel threads (refused otherwise).
+    /// The agent's own processes are never matched, forced or not.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub force: bool,
 }
 
 fn default_period_us() -> u64 {
@@ -111,11 +116,14 @@ impl Contract {
         }
     }
 
-    /// Parses and validates a contract.
+    /// Parses and validates a contract. A key given twice in one object is
+    /// an error (serde_json alone would keep the last one).
     pub fn parse(text: &str) -> Result<Contract, SchedError> {
-        let c: Contract = serde_json::from_str(text).map_err(|e| {
+        let not_a_contract = |e: serde_json::Error| {
             SchedError::invalid("contract", format!("not a hwqos.contract/1 document: {e}"))
-        })?;
+        };
+        crate::input::check_no_duplicate_keys(text).map_err(not_a_contract)?;
+        let c: Contract = serde_json::from_str(text).map_err(not_a_contract)?;
         c.validate()?;
         Ok(c)
     }
@@ -130,6 +138,12 @@ impl Contract {
             return Err(SchedError::invalid(
                 "contract",
                 format!("schema `{}` (expected `{SCHEMA}`)", self.schema),
+            ));
+        }
+        if self.entries.is_empty() {
+            return Err(SchedError::invalid(
+                "contract",
+                "no entries (\"entries\": [] would do nothing)",
             ));
         }
         if self.entries.len() > MAX_ENTRIES {
@@ -162,6 +176,21 @@ impl Contract {
             if let Some((ev, _)) = e.quotas.iter().find(|(_, q)| **q == 0) {
                 return Err(bad(format!("quota of `{ev}` is zero")));
             }
+            if let Some((ev, q)) = e.quotas.iter().find(|(_, q)| **q > MAX_QUOTA) {
+                return Err(bad(format!(
+                    "quota of `{ev}` is {q}, out of range (1..={MAX_QUOTA} events per period)"
+                )));
+            }
+            if let Some((j, other)) = self.entries[..i]
+                .iter()
+                .enumerate()
+                .find(|(_, o)| o.process == e.process)
+            {
+                return Err(bad(format!(
+                    "process `{}` is already the selector of entry {j} (`{}`); one entry per process",
+                    e.process, other.name
+                )));
+            }
             if let Some(allowed) = &e.allowed_cpus {
                 if allowed.is_empty() {
                     return Err(bad("allowed_cpus is empty (use null for any CPU)".into()));
@@ -178,15 +207,22 @@ impl Contract {
 
     /// Checks every entry against this machine and resolves its processes.
     /// Entries naming offline/nonexistent CPUs, events the catalog or the
-    /// machine cannot count, or no running process are skipped with a reason.
+    /// machine cannot count, or no running process are skipped with a reason,
+    /// and so are entries that match PID 1 or a kernel thread without
+    /// `"force": true`. The agent's own processes ([`Guard`]) are never
+    /// matched: an entry that matches nothing else is skipped with that
+    /// reason. A process matched by two entries goes to the first; the later
+    /// entry gets a skip naming both.
     pub fn resolve(
         &self,
         online_cpus: &[u32],
         catalog: &Catalog,
         resolver: &Resolver,
+        guard: &Guard,
     ) -> (Vec<ResolvedEntry>, Vec<Skipped>) {
         let mut ok = Vec::new();
         let mut skipped = Vec::new();
+        let mut claimed: BTreeMap<u32, String> = BTreeMap::new();
         for e in &self.entries {
             let skip = |reason: String| Skipped {
                 entry: e.name.clone(),
@@ -228,25 +264,145 @@ impl Contract {
                     continue;
                 }
             }
-            let pids: Vec<u32> = match resolver.resolve(std::slice::from_ref(&e.process)) {
+            let matched: Vec<u32> = match resolver.resolve(std::slice::from_ref(&e.process)) {
                 Ok(r) => r.processes.iter().map(|p| p.pid).collect(),
                 Err(err) => {
                     skipped.push(skip(format!("process `{}`: {err}", e.process)));
                     continue;
                 }
             };
-            if pids.is_empty() {
+            if matched.is_empty() {
                 skipped.push(skip(format!("no running process matches `{}`", e.process)));
                 continue;
             }
+            let (own, mut pids): (Vec<u32>, Vec<u32>) =
+                matched.into_iter().partition(|p| guard.is_own(*p));
+            if pids.is_empty() {
+                skipped.push(skip(format!(
+                    "`{}` matches only the agent's own processes (pid {}): hwqos-sra never \
+                     pins or throttles itself, its threads or its guardian",
+                    e.process,
+                    own.iter()
+                        .map(u32::to_string)
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                )));
+                continue;
+            }
+            if !e.force {
+                if let Some(refusal) = pids.iter().find_map(|p| guard.refusal(*p)) {
+                    skipped.push(skip(format!(
+                        "`{}` matches {refusal}; refused unless the entry sets \"force\": true",
+                        e.process
+                    )));
+                    continue;
+                }
+            }
+            let (taken, free): (Vec<u32>, Vec<u32>) =
+                pids.drain(..).partition(|p| claimed.contains_key(p));
+            for p in &taken {
+                skipped.push(skip(format!(
+                    "pid {p} is also matched by entry `{}`, which has it (one entry per process)",
+                    claimed[p]
+                )));
+            }
+            if free.is_empty() {
+                continue;
+            }
+            for p in &free {
+                claimed.insert(*p, e.name.clone());
+            }
             ok.push(ResolvedEntry {
                 entry: e.clone(),
-                pids,
+                pids: free,
                 quotas,
             });
         }
         (ok, skipped)
     }
+}
+
+/// What an agent must never touch: its own process (every thread), its
+/// guardian, and — unless an entry is forced — PID 1 and kernel threads.
+#[derive(Clone, Debug)]
+pub struct Guard {
+    pub proc_root: PathBuf,
+    /// Thread-group ids of the agent's own processes.
+    pub own: BTreeSet<u32>,
+    /// Also the children of this process (its guardian, whichever pid a
+    /// restarted one has, and the commands it runs for `app_sources`).
+    pub own_children: bool,
+}
+
+impl Guard {
+    /// The calling process, its children, and `others`.
+    pub fn for_this_process(others: &[u32]) -> Guard {
+        let mut own: BTreeSet<u32> = others.iter().copied().collect();
+        own.insert(std::process::id());
+        Guard {
+            proc_root: PathBuf::from("/proc"),
+            own,
+            own_children: true,
+        }
+    }
+
+    /// Whether `pid` (a process or one of its threads) is one of ours.
+    pub fn is_own(&self, pid: u32) -> bool {
+        if self.own.contains(&pid) {
+            return true;
+        }
+        let Some((tgid, ppid)) = tgid_ppid(&self.proc_root, pid) else {
+            return false;
+        };
+        self.own.contains(&tgid) || (self.own_children && ppid == std::process::id())
+    }
+
+    /// Why `pid` needs `"force": true`, if it does.
+    pub fn refusal(&self, pid: u32) -> Option<String> {
+        if pid == 1 || tgid(&self.proc_root, pid) == Some(1) {
+            return Some("PID 1 (init)".into());
+        }
+        if is_kernel_thread(&self.proc_root, pid) {
+            let comm = std::fs::read_to_string(self.proc_root.join(pid.to_string()).join("comm"))
+                .unwrap_or_default();
+            return Some(format!("kernel thread {pid} ({})", comm.trim()));
+        }
+        None
+    }
+}
+
+/// The thread group a task belongs to (`Tgid:` of `/proc/<pid>/status`).
+pub fn tgid(proc_root: &Path, pid: u32) -> Option<u32> {
+    tgid_ppid(proc_root, pid).map(|(t, _)| t)
+}
+
+/// `Tgid:` and `PPid:` of `/proc/<pid>/status`.
+fn tgid_ppid(proc_root: &Path, pid: u32) -> Option<(u32, u32)> {
+    let status = std::fs::read_to_string(proc_root.join(pid.to_string()).join("status")).ok()?;
+    let field = |k: &str| -> Option<u32> {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(k))
+            .and_then(|v| v.trim().parse().ok())
+    };
+    Some((field("Tgid:")?, field("PPid:")?))
+}
+
+/// Whether `pid` is a kernel thread (`PF_KTHREAD` in the flags of
+/// `/proc/<pid>/stat`).
+pub fn is_kernel_thread(proc_root: &Path, pid: u32) -> bool {
+    const PF_KTHREAD: u64 = 0x0020_0000;
+    let Ok(stat) = std::fs::read_to_string(proc_root.join(pid.to_string()).join("stat")) else {
+        return false;
+    };
+    let Some(rest) = stat.rfind(')').map(|i| &stat[i + 1..]) else {
+        return false;
+    };
+    // After the comm: state ppid pgrp session tty_nr tpgid flags.
+    rest.split_whitespace()
+        .nth(6)
+        .and_then(|f| f.parse::<u64>().ok())
+        .is_some_and(|f| f & PF_KTHREAD != 0)
 }
 
 #[cfg(test)]
@@ -330,6 +486,7 @@ mod tests {
                 period_us: 10_000,
                 quotas: quotas.iter().map(|(k, v)| (k.to_string(), *v)).collect(),
                 explanation: vec![],
+                force: false,
             };
         let c = Contract::new(vec![
             entry(
@@ -338,10 +495,10 @@ mod tests {
                 vec![0],
                 &[("sw.page_faults", 50)],
             ),
-            entry("bad-cpu", format!("pid:{pid}"), vec![999], &[]),
+            entry("bad-cpu", "name:bad-cpu-proc".into(), vec![999], &[]),
             entry(
                 "bad-event",
-                format!("pid:{pid}"),
+                "name:bad-event-proc".into(),
                 vec![0],
                 &[("no.such_event", 5)],
             ),
@@ -350,7 +507,12 @@ mod tests {
         c.validate().unwrap();
         let catalog = Catalog::for_this_node();
         let resolver = Resolver::for_this_node();
-        let (ok, skipped) = c.resolve(&[0, 1], &catalog, &resolver);
+        // The test's own children are the processes under test here.
+        let guard = Guard {
+            own_children: false,
+            ..Guard::for_this_process(&[])
+        };
+        let (ok, skipped) = c.resolve(&[0, 1], &catalog, &resolver, &guard);
         child.kill().unwrap();
         child.wait().unwrap();
         assert_eq!(ok.len(), 1);
@@ -367,5 +529,82 @@ mod tests {
             reasons[2].0 == "gone" && reasons[2].1.contains("no running process"),
             "{reasons:?}"
         );
+    }
+
+    fn one(process: &str, force: bool) -> Contract {
+        let mut c = Contract::new(vec![Entry {
+            name: "e".into(),
+            description: String::new(),
+            process: process.parse().unwrap(),
+            allowed_cpus: None,
+            affinity: vec![],
+            period_us: 10_000,
+            quotas: BTreeMap::new(),
+            explanation: vec![],
+            force,
+        }]);
+        c.version = 1;
+        c
+    }
+
+    #[test]
+    fn the_agent_itself_is_never_matched_and_pid_1_needs_force() {
+        let catalog = Catalog::for_this_node();
+        let resolver = Resolver::for_this_node().excluding_pid(None);
+        let guard = Guard::for_this_process(&[]);
+        let me = std::process::id();
+        // Every selector kind ends in the same filter; pid: and tid: of a thread.
+        let tid = unsafe { libc::gettid() } as u32;
+        for sel in [format!("pid:{me}"), format!("pid:{tid}")] {
+            for force in [false, true] {
+                let (ok, skipped) = one(&sel, force).resolve(&[0], &catalog, &resolver, &guard);
+                assert!(ok.is_empty(), "{sel}");
+                assert!(
+                    skipped[0].reason.contains("only the agent's own processes"),
+                    "{skipped:?}"
+                );
+            }
+        }
+        let (ok, skipped) = one("pid:1", false).resolve(&[0], &catalog, &resolver, &guard);
+        assert!(ok.is_empty());
+        assert!(
+            skipped[0].reason.contains("PID 1") && skipped[0].reason.contains("\"force\": true"),
+            "{skipped:?}"
+        );
+        let (ok, _) = one("pid:1", true).resolve(&[0], &catalog, &resolver, &guard);
+        assert_eq!(ok[0].pids, vec![1]);
+        if is_kernel_thread(Path::new("/proc"), 2) {
+            let (ok, skipped) = one("pid:2", false).resolve(&[0], &catalog, &resolver, &guard);
+            assert!(ok.is_empty() && skipped[0].reason.contains("kernel thread 2"));
+        }
+        assert!(!is_kernel_thread(Path::new("/proc"), me));
+    }
+
+    #[test]
+    fn contracts_that_do_nothing_or_mean_two_things_are_refused() {
+        let cases = [
+            (
+                r#"{"schema":"hwqos.contract/1","entries":[]}"#.to_string(),
+                "no entries",
+            ),
+            (
+                FIG_8_9.replace("\"affinity\": [1]", "\"affinity\": [1], \"affinity\": [0]"),
+                "duplicate key `affinity`",
+            ),
+            (
+                FIG_8_9.replace("1000000", "18446744073709551615"),
+                "quota of `L1-dcache-loads` is 18446744073709551615, out of range (1..=9223372036854775807",
+            ),
+            (
+                FIG_8_9.replace("name:testrun_core1", "name:testrun_core0"),
+                "entry 1 (`Sample allocation of proc #1`): process `name:testrun_core0` is already the selector of entry 0",
+            ),
+        ];
+        for (text, want) in cases {
+            let err = Contract::parse(&text).unwrap_err().to_string();
+            assert!(err.contains(want), "{err} does not contain {want}");
+        }
+        // The largest quota the kernel takes is accepted.
+        assert!(Contract::parse(&FIG_8_9.replace("1000000", "9223372036854775807")).is_ok());
     }
 }

@@ -301,6 +301,7 @@ pub fn decide(topo: &Topology, model: &SensitivityModel) -> Result<Decision, Sch
             period_us,
             quotas,
             explanation: why,
+            force: false,
         });
     }
     let mut contract = Contract::new(entries);

@@ -139,31 +139,69 @@ pub fn ignore_group_stop_signals() {
     }
 }
 
-/// The agent's end of the guardian pipe.
-#[derive(Debug)]
+/// The agent's end of the guardian pipe. It keeps a copy of everything
+/// registered so that a guardian that died (`kill -9`) can be replaced by a
+/// new one that knows the same: [`GuardianClient::ensure_alive`] (the agent
+/// calls it at least once a second, and before every registration) notices
+/// the death, logs it as an error and starts the replacement.
 pub struct GuardianClient {
     out: Box<dyn WriteDebug>,
     child: Option<Child>,
+    respawn: Option<Box<dyn Fn() -> Command + Send>>,
+    registry: Registry,
+    restarts: u64,
+}
+
+impl std::fmt::Debug for GuardianClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GuardianClient")
+            .field("child", &self.child_pid())
+            .field("registry", &self.registry)
+            .field("restarts", &self.restarts)
+            .finish()
+    }
 }
 
 trait WriteDebug: Write + Send + std::fmt::Debug {}
 impl<T: Write + Send + std::fmt::Debug> WriteDebug for T {}
 
+fn start(mut command: Command) -> io::Result<(Child, ChildStdin)> {
+    let mut child = command
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .spawn()?;
+    let stdin: ChildStdin = child
+        .stdin
+        .take()
+        .ok_or_else(|| io::Error::other("guardian has no stdin pipe"))?;
+    Ok((child, stdin))
+}
+
 impl GuardianClient {
     /// Starts `command` (which must run [`run`] on its standard input) as the
-    /// guardian.
-    pub fn spawn(mut command: Command) -> io::Result<GuardianClient> {
-        let mut child = command
-            .stdin(Stdio::piped())
-            .stdout(Stdio::null())
-            .spawn()?;
-        let stdin: ChildStdin = child
-            .stdin
-            .take()
-            .ok_or_else(|| io::Error::other("guardian has no stdin pipe"))?;
+    /// guardian. A guardian started this way is not replaced when it dies
+    /// (see [`GuardianClient::spawn_with`]).
+    pub fn spawn(command: Command) -> io::Result<GuardianClient> {
+        let (child, stdin) = start(command)?;
         Ok(GuardianClient {
             out: Box::new(stdin),
             child: Some(child),
+            respawn: None,
+            registry: Registry::default(),
+            restarts: 0,
+        })
+    }
+
+    /// Starts the guardian from `make()`, and a new one from `make()`
+    /// whenever it is found dead.
+    pub fn spawn_with(make: impl Fn() -> Command + Send + 'static) -> io::Result<GuardianClient> {
+        let (child, stdin) = start(make())?;
+        Ok(GuardianClient {
+            out: Box::new(stdin),
+            child: Some(child),
+            respawn: Some(Box::new(make)),
+            registry: Registry::default(),
+            restarts: 0,
         })
     }
 
@@ -172,12 +210,94 @@ impl GuardianClient {
         GuardianClient {
             out: Box::new(out),
             child: None,
+            respawn: None,
+            registry: Registry::default(),
+            restarts: 0,
         }
     }
 
-    fn send(&mut self, line: String) -> io::Result<()> {
-        self.out.write_all(line.as_bytes())?;
+    /// Checks that the guardian process still runs; when it has died,
+    /// logs an error and starts a new one that is told everything still
+    /// registered. Returns true when it started a new one.
+    pub fn ensure_alive(&mut self) -> bool {
+        let Some(child) = self.child.as_mut() else {
+            return false;
+        };
+        let status = match child.try_wait() {
+            Ok(None) => return false,
+            Ok(Some(s)) => s.to_string(),
+            Err(e) => e.to_string(),
+        };
+        tracing::error!(
+            pid = child.id(),
+            status,
+            pids = self.registry.pids.len(),
+            cgroups = self.registry.cgroups.len(),
+            "the crash guardian died; starting a new one and registering everything again"
+        );
+        self.restart()
+    }
+
+    fn restart(&mut self) -> bool {
+        let Some(make) = self.respawn.as_ref() else {
+            return false;
+        };
+        match start(make()) {
+            Ok((child, stdin)) => {
+                self.restarts += 1;
+                tracing::info!(
+                    pid = child.id(),
+                    restarts = self.restarts,
+                    "crash guardian restarted"
+                );
+                self.out = Box::new(stdin);
+                self.child = Some(child);
+                let mut lines = String::new();
+                for pid in &self.registry.pids {
+                    lines.push_str(&format!("pid {pid}\n"));
+                }
+                for dir in &self.registry.cgroups {
+                    lines.push_str(&format!("cgroup {}\n", dir.display()));
+                }
+                if let Err(e) = self.write(&lines) {
+                    tracing::error!(error = %e, "cannot register with the new crash guardian");
+                }
+                true
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "cannot start a new crash guardian (will retry)");
+                false
+            }
+        }
+    }
+
+    /// How many times a dead guardian was replaced.
+    pub fn restarts(&self) -> u64 {
+        self.restarts
+    }
+
+    fn write(&mut self, text: &str) -> io::Result<()> {
+        self.out.write_all(text.as_bytes())?;
         self.out.flush()
+    }
+
+    fn send(&mut self, line: String) -> io::Result<()> {
+        self.ensure_alive();
+        self.registry.apply(&line);
+        match self.write(&line) {
+            Ok(()) => Ok(()),
+            // The guardian died after the check: a new one gets the whole
+            // registry, this line included.
+            Err(e) if self.respawn.is_some() => {
+                tracing::error!(error = %e, "the crash guardian's pipe is closed");
+                if self.ensure_alive() || self.restart() {
+                    Ok(())
+                } else {
+                    Err(e)
+                }
+            }
+            Err(e) => Err(e),
+        }
     }
 
     /// Registers a pid the agent is about to stop.
@@ -208,7 +328,7 @@ impl Drop for GuardianClient {
     fn drop(&mut self) {
         // A clean goodbye, then closing the pipe makes the guardian thaw
         // whatever is still registered and exit; reap it.
-        let _ = self.send("bye\n".to_string());
+        let _ = self.write("bye\n");
         self.out = Box::new(io::sink());
         if let Some(mut c) = self.child.take() {
             let _ = c.wait();
@@ -241,6 +361,42 @@ mod tests {
         assert!(!r.clean);
         r.apply("bye");
         assert!(r.clean);
+    }
+
+    /// A guardian found dead is replaced by one that knows every pid.
+    #[test]
+    fn a_dead_guardian_is_replaced_and_told_everything() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path().to_path_buf();
+        // Each "guardian" writes what it reads to a file named by its pid.
+        let make = move || {
+            let mut c = Command::new("sh");
+            c.arg("-c").arg(format!("exec cat > {}/g-$$", d.display()));
+            c
+        };
+        let mut g = GuardianClient::spawn_with(make).unwrap();
+        g.register_pid(4242).unwrap();
+        g.register_pid(4343).unwrap();
+        g.forget_pid(4343).unwrap();
+        let first = g.child_pid().unwrap();
+        unsafe { libc::kill(first as i32, libc::SIGKILL) };
+        let mut replaced = false;
+        for _ in 0..300 {
+            if g.ensure_alive() {
+                replaced = true;
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        assert!(replaced);
+        let second = g.child_pid().unwrap();
+        assert_ne!(second, first);
+        assert_eq!(g.restarts(), 1);
+        g.register_pid(4444).unwrap();
+        drop(g); // says bye and waits for the guardian
+        let text = std::fs::read_to_string(dir.path().join(format!("g-{second}"))).unwrap();
+        // The new guardian got the registry (4242, not the forgotten 4343).
+        assert_eq!(text, "pid 4242\npid 4444\nbye\n");
     }
 
     #[test]

@@ -16,7 +16,9 @@
 //! - [`backend`]: the [`backend::QuotaBackend`] seam with the userspace
 //!   backend (perf overflow signals + SIGSTOP/cgroup freeze) and the
 //!   `SCHED_SRA` kernel class, and [`backend::detect`];
+//! - [`deadman`]: the kernel-held SIGCONT for a throttled process if every hwqos process dies;
 //! - [`guardian`]: the crash guardian that thaws everything if the agent dies;
+//! - [`input`]: bounded reading of regular files, duplicate-key detection;
 //! - [`counter`]: counting perf counters summed over a process's threads;
 //! - [`limit`], [`leech`]: the resource-limit finder (Listing 8.2) and the
 //!   CPU / memory / FPU / page-fault leeches (thesis 8.4.2).
@@ -25,9 +27,11 @@ pub mod analysis;
 pub mod backend;
 pub mod contract;
 pub mod counter;
+pub mod deadman;
 pub mod decision;
 pub mod error;
 pub mod guardian;
+pub mod input;
 pub mod leech;
 pub mod limit;
 pub mod model;

@@ -162,24 +162,15 @@ impl SensitivityModel {
 
     /// Loads a model; a missing file is an empty model (first start).
     pub fn load(path: &Path) -> Result<SensitivityModel, SchedError> {
-        let file_err = |e| SchedError::File {
-            path: path.to_path_buf(),
-            source: e,
-        };
-        match std::fs::metadata(path) {
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+        let text = match crate::input::read_regular(path, MAX_MODEL_BYTES) {
+            Err(SchedError::File { source, .. })
+                if source.kind() == std::io::ErrorKind::NotFound =>
+            {
                 return Ok(SensitivityModel::default())
             }
-            Err(e) => return Err(file_err(e)),
-            Ok(m) if m.len() > MAX_MODEL_BYTES => {
-                return Err(SchedError::invalid(
-                    format!("sensitivity model {}", path.display()),
-                    format!("{} bytes (at most {MAX_MODEL_BYTES})", m.len()),
-                ))
-            }
-            Ok(_) => {}
-        }
-        let text = std::fs::read_to_string(path).map_err(file_err)?;
+            Err(e) => return Err(e),
+            Ok(t) => t,
+        };
         Self::parse(&text)
             .map_err(|e| SchedError::invalid(format!("{}", path.display()), e.to_string()))
     }

@@ -30,6 +30,9 @@ pub const MIN_PERIOD: Duration = Duration::from_micros(100);
 pub const MAX_PERIOD: Duration = Duration::from_secs(1);
 /// At most this many events per task (the kernel class's limit).
 pub const MAX_EVENTS: usize = 4;
+/// The largest quota: the kernel refuses perf sample periods with bit 63 set
+/// (`perf_event_open` and `PERF_EVENT_IOC_PERIOD` fail with EINVAL).
+pub const MAX_QUOTA: u64 = i64::MAX as u64;
 
 /// One event with its quota per period.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -69,6 +72,12 @@ impl QuotaSet {
         for (i, e) in self.events.iter().enumerate() {
             if e.quota == 0 {
                 return Err(bad(format!("event `{}` has a zero quota", e.name)));
+            }
+            if e.quota > MAX_QUOTA {
+                return Err(bad(format!(
+                    "event `{}`: quota {} is out of range (1..={MAX_QUOTA})",
+                    e.name, e.quota
+                )));
             }
             if matches!(
                 e.attr.type_,
@@ -177,6 +186,13 @@ pub trait QuotaBackend: Send {
     }
     /// Overflow → throttle latency where the backend measures it.
     fn stop_latency(&self) -> Option<hwqos_core::ticker::LatencyHistogram> {
+        None
+    }
+    /// Notices a dead crash guardian, logs it as an error and starts a new
+    /// one that is told everything registered (where the backend has one).
+    fn check_guardian(&mut self) {}
+    /// The current crash guardian's pid, where the backend has one.
+    fn guardian_pid(&self) -> Option<u32> {
         None
     }
     /// Releases every enforced process (shutdown path).

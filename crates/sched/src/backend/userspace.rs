@@ -30,7 +30,9 @@
 //! [`UserspaceOptions::lending`] unused budget moves between processes
 //! (MemGuard-style, agent route). Before
 //! throttling anything the backend registers it with the crash guardian
-//! ([`crate::guardian`]), so no process stays stopped if the agent dies.
+//! ([`crate::guardian`]) and, for `SIGSTOP`, arms a kernel-held dead man's
+//! switch ([`crate::deadman`]) that continues the process when the agent
+//! and its guardian are both gone, so no process stays stopped if they die.
 
 use super::{EventQuota, PeriodUsage, QuotaBackend, QuotaSet, QuotaStats};
 use crate::guardian::GuardianClient;
@@ -137,6 +139,9 @@ struct Task {
     throttled_this_period: bool,
     cgroup: Option<PathBuf>,
     original_cgroup: Option<PathBuf>,
+    /// `SIGCONT` from the kernel if every holder dies (`SIGSTOP` throttling).
+    /// Declared after `threads`, so an orderly drop closes the counters first.
+    _deadman: Option<crate::deadman::DeadMan>,
     stats: QuotaStats,
     history: VecDeque<PeriodUsage>,
 }
@@ -267,6 +272,25 @@ impl QuotaBackend for UserspaceBackend {
     fn enforce(&mut self, pid: u32, quotas: &QuotaSet) -> Result<(), SchedError> {
         quotas.validate()?;
         let opts = &self.shared.opts;
+        let guard = crate::contract::Guard {
+            proc_root: opts.proc_root.clone(),
+            own: [std::process::id()]
+                .into_iter()
+                .chain(
+                    lock(&self.shared.state)
+                        .guardian
+                        .as_ref()
+                        .and_then(|g| g.child_pid()),
+                )
+                .collect(),
+            own_children: false,
+        };
+        if guard.is_own(pid) {
+            return Err(SchedError::invalid(
+                "quota target",
+                format!("pid {pid} is the agent itself, one of its threads or its guardian"),
+            ));
+        }
         if opts.route == OverflowRoute::Direct {
             direct_route_allowed(&opts.proc_root, pid)?;
         }
@@ -276,11 +300,25 @@ impl QuotaBackend for UserspaceBackend {
         }
         let tids =
             crate::proc::threads(&opts.proc_root, pid).ok_or(SchedError::Vanished { pid })?;
+        let mut deadman = None;
         let (cgroup, original_cgroup) = match &opts.method {
             ThrottleMethod::Sigstop => {
                 if let Some(g) = st.guardian.as_mut() {
                     g.register_pid(pid)
                         .map_err(|e| SchedError::io("register with the guardian", e))?;
+                }
+                deadman = Some(crate::deadman::DeadMan::arm(pid)?);
+                let status =
+                    std::fs::read_to_string(opts.proc_root.join(pid.to_string()).join("status"))
+                        .unwrap_or_default();
+                if !crate::deadman::DeadMan::can_signal(&status) {
+                    tracing::warn!(
+                        pid,
+                        "the kernel will not deliver the dead man's SIGCONT to this process \
+                         (another user, and the agent is not root): if the agent and its \
+                         guardian both die, only `hwqos-sra thaw` (the unit's ExecStopPost) \
+                         continues it"
+                    );
                 }
                 (None, None)
             }
@@ -306,6 +344,7 @@ impl QuotaBackend for UserspaceBackend {
             throttled_this_period: false,
             cgroup,
             original_cgroup,
+            _deadman: deadman,
             stats: QuotaStats::new(pid, quotas),
             history: VecDeque::new(),
         };
@@ -386,6 +425,19 @@ impl QuotaBackend for UserspaceBackend {
     fn stop_latency(&self) -> Option<LatencyHistogram> {
         (self.shared.opts.route == OverflowRoute::Agent)
             .then(|| lock(&self.shared.state).stop_latency.clone())
+    }
+
+    fn check_guardian(&mut self) {
+        if let Some(g) = lock(&self.shared.state).guardian.as_mut() {
+            g.ensure_alive();
+        }
+    }
+
+    fn guardian_pid(&self) -> Option<u32> {
+        lock(&self.shared.state)
+            .guardian
+            .as_ref()
+            .and_then(|g| g.child_pid())
     }
 
     fn refresh_threads(&mut self) -> Vec<u32> {
