@@ -677,6 +677,11 @@ impl Endpoint {
         self.deferred_codec = None;
         let round_len = if self.round_index == 0 || self.selector.learning() {
             match self.config.policy {
+                // A pipelined stream's messages are large and come back to
+                // back: while learning, it decides at every message (a
+                // round boundary costs microseconds; five 256 KiB messages
+                // sent uncompressed cost 100 ms at 100 Mbit/s).
+                PolicyKind::Adaptive if self.learner.pipelined() => 1,
                 PolicyKind::Adaptive => self
                     .config
                     .round_messages
@@ -824,10 +829,18 @@ impl Endpoint {
             // The sample's expected cost must fit in the credit: the sampler
             // never spends more than a share of what compression could save.
             let expected = cost_per_byte * msg.len() as f64;
+            // A sender ahead of the link waits for it anyway: its samples
+            // take no time from the stream, so neither the wall-time share
+            // nor (before the link is measured, when nothing has earned
+            // credit yet) the credit holds them back — one at a time, and
+            // within the CPU budget.
+            let free = self.learner.net.bulk.is_backlogged();
+            let unmeasured_link = self.learner.net.link_ns_per_byte().is_none();
             if self.samples_in_flight == 0
                 && self.budget_left()
-                && (self.sample_ns as f64) <= share * elapsed
-                && self.sample_ns as f64 + expected <= self.sample_credit_ns
+                && (free || (self.sample_ns as f64) <= share * elapsed)
+                && ((free && unmeasured_link)
+                    || self.sample_ns as f64 + expected <= self.sample_credit_ns)
             {
                 if let Some(codec) = self.registry.get(candidate).cloned() {
                     match self.config.sampling {

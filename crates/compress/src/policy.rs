@@ -195,6 +195,11 @@ const MAX_BACKOFF_HOPELESS: u32 = 1024;
 /// Largest compression ratio (compressed/original) of a sampled codec that
 /// is sent before the link is measured (see `Selector::optimistic_start`).
 pub const OPTIMISTIC_RATIO: f64 = 0.5;
+/// The same while the transport reports that the sender is ahead of the
+/// link (see [`crate::transport`]): the link is the bottleneck, so any
+/// codec much faster than a typical link that saves a fifth pays, and the
+/// link's measurement follows within a few tens of milliseconds.
+pub const OPTIMISTIC_RATIO_BACKLOGGED: f64 = 0.8;
 
 impl Selector {
     /// `codecs` are the negotiated ones (must include `none`); an unknown
@@ -457,7 +462,12 @@ impl Selector {
             .filter_map(|c| {
                 let e = learner.codecs.get(&c)?;
                 let cost = e.compress_ns_per_byte.get()? + e.decompress_ns_per_byte()?;
-                (e.ratio.get()? <= OPTIMISTIC_RATIO).then_some((c, cost))
+                let limit = if learner.net.bulk.is_backlogged() {
+                    OPTIMISTIC_RATIO_BACKLOGGED
+                } else {
+                    OPTIMISTIC_RATIO
+                };
+                (e.ratio.get()? <= limit).then_some((c, cost))
             })
             .min_by(|a, b| a.1.total_cmp(&b.1))
             .map_or(CodecId::NONE, |(c, _)| c)

@@ -88,7 +88,7 @@ impl TransportInfo for TcpInfo {
 
 /// Shortest stretch of continuous backlog that measures the link's rate:
 /// ACKs arrive in bursts (delayed ACKs, GRO), so shorter stretches are noisy.
-pub const MIN_BACKLOG_INTERVAL_NS: u64 = 20_000_000;
+pub const MIN_BACKLOG_INTERVAL_NS: u64 = 10_000_000;
 
 /// The link as a backlogged sender sees it.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -160,6 +160,11 @@ impl BulkEstimate {
     /// transport that reports (without one, nothing is known about the
     /// queue, and an in-memory loop is always "busy").
     pub fn is_pipelined(&self) -> bool {
-        self.readings > 0 && (self.backlogged >= 0.5 || self.cpu_busy >= 0.5)
+        self.is_backlogged() || (self.readings > 0 && self.cpu_busy >= 0.5)
+    }
+
+    /// Most recent readings found the sender ahead of the link.
+    pub fn is_backlogged(&self) -> bool {
+        self.readings > 0 && self.backlogged >= 0.5
     }
 }
