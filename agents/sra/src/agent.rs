@@ -400,11 +400,17 @@ impl Agent {
 /// `hwqos-sra thaw`: SIGCONT every pid and thaw every freezer cgroup the
 /// state file names (and every child cgroup of those). Returns (pids, cgroups).
 pub fn thaw_from_state(state_dir: &Path) -> (usize, usize) {
-    let text = match std::fs::read(state_dir.join(STATE_FILE)) {
+    let path = state_dir.join(STATE_FILE);
+    let text = match hwqos_sched::input::read_regular(&path, hwqos_sched::input::MAX_INPUT_BYTES) {
         Ok(t) => t,
-        Err(_) => return (0, 0),
+        Err(e) => {
+            if !e.is_vanished() {
+                tracing::warn!(error = %e, "unreadable throttle state; nothing to thaw from it");
+            }
+            return (0, 0);
+        }
     };
-    let state: ThrottleState = match serde_json::from_slice(&text) {
+    let state: ThrottleState = match serde_json::from_str(&text) {
         Ok(s) => s,
         Err(e) => {
             tracing::warn!(error = %e, "unreadable throttle state; nothing to thaw from it");
