@@ -6,6 +6,20 @@ use serde::{Deserialize, Serialize};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
+/// Upper bound of `max_message` (16 MiB, hwqos-compress' default bound).
+pub const MAX_MESSAGE: u64 = 16 << 20;
+/// Upper bound of `chunk_bytes`: one buffer of this size per connection.
+pub const MAX_CHUNK: u64 = 1 << 20;
+/// Upper bound of `max_connections`.
+pub const MAX_CONNECTIONS: usize = 65_536;
+/// Upper bound of `drain_timeout_ms` and `idle_timeout_ms` (one day).
+pub const MAX_TIMEOUT_MS: u64 = 86_400_000;
+/// Upper bound of `handshake_timeout_ms` (5 minutes).
+pub const MAX_HANDSHAKE_TIMEOUT_MS: u64 = 300_000;
+/// Bounds of a non-zero `peer_expansion_bytes_per_s`.
+pub const MIN_EXPANSION_BUDGET: u64 = 64 * 1024;
+pub const MAX_EXPANSION_BUDGET: u64 = 1 << 40;
+
 /// Which end of the link this relay is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -49,9 +63,11 @@ pub struct Config {
     pub cpu_aggregate: hwqos_compress::CpuAggregate,
     /// Codecs offered and used (empty: all built-in).
     pub codecs: Vec<String>,
-    pub max_message: u32,
-    /// Largest chunk read from the plain side as one message.
-    pub chunk_bytes: u32,
+    /// Largest message accepted from the link (1024 ..= 16 MiB).
+    pub max_message: u64,
+    /// Largest chunk read from the plain side as one message (1 ..= 1 MiB,
+    /// at most `max_message`).
+    pub chunk_bytes: u64,
     pub checksum: bool,
     pub round_messages: u32,
     pub probe_every: u32,
@@ -62,6 +78,21 @@ pub struct Config {
     pub drain_timeout_ms: u64,
     /// Most simultaneous connections (further ones are refused).
     pub max_connections: usize,
+    /// Allow `listen` and `metrics.listen` on a non-loopback address.
+    pub allow_non_loopback: bool,
+    /// Pre-shared key file for the peer handshake (empty: no
+    /// authentication); relative to the configuration file's directory.
+    pub psk_file: String,
+    /// Bound on connecting onward and the whole link handshake.
+    pub handshake_timeout_ms: u64,
+    /// A connection on which no byte moved either way for this long is
+    /// closed (0: never).
+    pub idle_timeout_ms: u64,
+    /// Decompressed bytes per link byte received that are never limited.
+    pub free_expansion_ratio: f64,
+    /// Decompressed bytes per second each peer address may deliver beyond
+    /// `free_expansion_ratio` (0: unlimited).
+    pub peer_expansion_bytes_per_s: u64,
     pub metrics: MetricsConfig,
 }
 
@@ -84,6 +115,12 @@ impl Default for Config {
             link_ns_per_byte: 0.0,
             drain_timeout_ms: 5000,
             max_connections: 256,
+            allow_non_loopback: false,
+            psk_file: String::new(),
+            handshake_timeout_ms: 10_000,
+            idle_timeout_ms: 600_000,
+            free_expansion_ratio: 16.0,
+            peer_expansion_bytes_per_s: 64 << 20,
             metrics: MetricsConfig::default(),
         }
     }
@@ -108,13 +145,32 @@ pub enum ConfigError {
 }
 
 impl Config {
-    /// Reads and validates a file.
+    /// Reads and validates a file: a regular file of at most 1 MiB (a FIFO
+    /// or a device is refused without blocking or reading it); a `psk_file`
+    /// is resolved against the file's directory and checked too.
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
-        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
-            path: path.to_path_buf(),
-            source,
-        })?;
-        Config::parse(&text, path)
+        let text = hwqos_agent::read_config_file(path, hwqos_agent::MAX_CONFIG_BYTES).map_err(
+            |source| ConfigError::Read {
+                path: path.to_path_buf(),
+                source,
+            },
+        )?;
+        let mut c = Config::parse(&text, path)?;
+        if !c.psk_file.is_empty() {
+            let key = Path::new(&c.psk_file);
+            if key.is_relative() {
+                let dir = path.parent().unwrap_or(Path::new("."));
+                c.psk_file = dir.join(key).to_string_lossy().into_owned();
+            }
+            crate::auth::Psk::load(Path::new(&c.psk_file)).map_err(|message| {
+                ConfigError::Invalid {
+                    path: path.to_path_buf(),
+                    key: "psk_file",
+                    message,
+                }
+            })?;
+        }
+        Ok(c)
     }
 
     /// Parses and validates text; `path` is used in messages.
@@ -134,9 +190,23 @@ impl Config {
             message,
         };
         let addr = |key, v: &str| {
-            v.parse::<SocketAddr>()
-                .map(|_| ())
-                .map_err(|e| bad(key, format!("`{v}` is not an IP:port address ({e})")))
+            let a = v
+                .parse::<SocketAddr>()
+                .map_err(|e| bad(key, format!("`{v}` is not an IP:port address ({e})")))?;
+            if key != "connect" && !a.ip().is_loopback() && !self.allow_non_loopback {
+                return Err(bad(
+                    key,
+                    format!(
+                        "{a} is not a loopback address; set `allow_non_loopback = true` (top level) to accept connections from other nodes{}",
+                        if key == "listen" {
+                            " (and give the link side a `psk_file`: without one it accepts anyone who can reach it)"
+                        } else {
+                            " (the endpoint has no authentication)"
+                        }
+                    ),
+                ));
+            }
+            Ok(())
         };
         addr("listen", &self.listen)?;
         addr("connect", &self.connect)?;
@@ -164,18 +234,22 @@ impl Config {
                 ));
             }
         }
-        if self.max_message < 1024 {
+        if !(1024..=MAX_MESSAGE).contains(&self.max_message) {
             return Err(bad(
                 "max_message",
-                format!("{} is below 1024 bytes", self.max_message),
+                format!(
+                    "{} bytes is out of range (1024 ..= {MAX_MESSAGE}, 16 MiB)",
+                    self.max_message
+                ),
             ));
         }
-        if self.chunk_bytes == 0 || self.chunk_bytes > self.max_message {
+        let chunk_max = MAX_CHUNK.min(self.max_message);
+        if !(1..=chunk_max).contains(&self.chunk_bytes) {
             return Err(bad(
                 "chunk_bytes",
                 format!(
-                    "{} must be in 1..=max_message ({})",
-                    self.chunk_bytes, self.max_message
+                    "{} bytes is out of range (1 ..= {chunk_max}: at most 1 MiB and at most max_message)",
+                    self.chunk_bytes
                 ),
             ));
         }
@@ -194,8 +268,56 @@ impl Config {
                 format!("{} is not >= 0", self.link_ns_per_byte),
             ));
         }
-        if self.max_connections == 0 {
-            return Err(bad("max_connections", "must be at least 1".into()));
+        if !(1..=MAX_CONNECTIONS).contains(&self.max_connections) {
+            return Err(bad(
+                "max_connections",
+                format!(
+                    "{} is out of range (1 ..= {MAX_CONNECTIONS})",
+                    self.max_connections
+                ),
+            ));
+        }
+        if self.drain_timeout_ms > MAX_TIMEOUT_MS {
+            return Err(bad(
+                "drain_timeout_ms",
+                format!(
+                    "{} ms is more than {MAX_TIMEOUT_MS} ms (one day)",
+                    self.drain_timeout_ms
+                ),
+            ));
+        }
+        if !(100..=MAX_HANDSHAKE_TIMEOUT_MS).contains(&self.handshake_timeout_ms) {
+            return Err(bad(
+                "handshake_timeout_ms",
+                format!(
+                    "{} ms is out of range (100 ..= {MAX_HANDSHAKE_TIMEOUT_MS})",
+                    self.handshake_timeout_ms
+                ),
+            ));
+        }
+        if self.idle_timeout_ms != 0 && !(100..=MAX_TIMEOUT_MS).contains(&self.idle_timeout_ms) {
+            return Err(bad(
+                "idle_timeout_ms",
+                format!(
+                    "{} ms is out of range (0 for never, or 100 ..= {MAX_TIMEOUT_MS}, one day)",
+                    self.idle_timeout_ms
+                ),
+            ));
+        }
+        if !(self.free_expansion_ratio >= 1.0 && self.free_expansion_ratio <= 1e6) {
+            return Err(bad(
+                "free_expansion_ratio",
+                format!("{} is not in [1, 1000000]", self.free_expansion_ratio),
+            ));
+        }
+        let b = self.peer_expansion_bytes_per_s;
+        if b != 0 && !(MIN_EXPANSION_BUDGET..=MAX_EXPANSION_BUDGET).contains(&b) {
+            return Err(bad(
+                "peer_expansion_bytes_per_s",
+                format!(
+                    "{b} is out of range (0 for unlimited, or {MIN_EXPANSION_BUDGET} ..= {MAX_EXPANSION_BUDGET} bytes per second)"
+                ),
+            ));
         }
         Ok(())
     }
@@ -214,7 +336,7 @@ impl Config {
     pub fn stream_config(&self) -> StreamConfig {
         StreamConfig {
             policy: self.policy.clone(),
-            max_message: self.max_message,
+            max_message: self.max_message as u32,
             checksum: self.checksum,
             round_messages: self.round_messages,
             probe_every: self.probe_every,
@@ -265,6 +387,89 @@ mod tests {
         }
         let e = Config::parse("cpu_aggregate = \"median\"", Path::new("x")).unwrap_err();
         assert!(e.to_string().contains("cpu_aggregate"), "{e}");
+    }
+
+    #[test]
+    fn a_non_loopback_listen_needs_the_explicit_opt_in() {
+        for text in [
+            "listen = \"0.0.0.0:7401\"",
+            "listen = \"[::]:7401\"",
+            "listen = \"192.0.2.1:7401\"",
+            "[metrics]\nlisten = \"0.0.0.0:9188\"",
+        ] {
+            let e = Config::parse(text, Path::new("relay.toml")).unwrap_err();
+            let msg = e.to_string();
+            assert!(msg.contains("listen"), "{text}: {msg}");
+            assert!(msg.contains("allow_non_loopback = true"), "{text}: {msg}");
+            let ok = format!("allow_non_loopback = true\n{text}");
+            Config::parse(&ok, Path::new("relay.toml")).unwrap();
+        }
+        for text in ["listen = \"127.0.0.1:7401\"", "listen = \"[::1]:7401\""] {
+            Config::parse(text, Path::new("relay.toml")).unwrap();
+        }
+    }
+
+    #[test]
+    fn sizes_and_timeouts_are_range_checked() {
+        let cases = [
+            ("max_message = 4294967296", "max_message"),
+            ("max_message = 4294967295", "max_message"),
+            ("max_message = 1000", "max_message"),
+            ("chunk_bytes = 4294967296", "chunk_bytes"),
+            ("chunk_bytes = 2000000", "chunk_bytes"),
+            ("handshake_timeout_ms = 0", "handshake_timeout_ms"),
+            ("handshake_timeout_ms = 86400000", "handshake_timeout_ms"),
+            ("idle_timeout_ms = 5", "idle_timeout_ms"),
+            ("idle_timeout_ms = 18446744073709551615", "idle_timeout_ms"),
+            (
+                "peer_expansion_bytes_per_s = 10",
+                "peer_expansion_bytes_per_s",
+            ),
+            ("free_expansion_ratio = 0.5", "free_expansion_ratio"),
+            ("free_expansion_ratio = nan", "free_expansion_ratio"),
+            ("max_connections = 100000000", "max_connections"),
+            (
+                "drain_timeout_ms = 18446744073709551615",
+                "drain_timeout_ms",
+            ),
+        ];
+        for (text, key) in cases {
+            let e = Config::parse(text, Path::new("relay.toml")).unwrap_err();
+            let msg = e.to_string();
+            assert!(msg.contains(&format!("`{key}`")), "{text}: {msg}");
+        }
+        for text in [
+            "max_message = 16777216\nchunk_bytes = 1048576",
+            "idle_timeout_ms = 0",
+            "peer_expansion_bytes_per_s = 0",
+            "handshake_timeout_ms = 100",
+        ] {
+            Config::parse(text, Path::new("relay.toml")).unwrap();
+        }
+    }
+
+    #[test]
+    fn non_regular_and_oversized_files_are_refused_without_blocking() {
+        let e = Config::load(Path::new("/dev/zero"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("/dev/zero") && e.contains("not a regular file"),
+            "{e}"
+        );
+        let d = tempfile::tempdir().unwrap();
+        let e = Config::load(d.path()).unwrap_err().to_string();
+        assert!(e.contains("not a regular file"), "{e}");
+        let fifo = d.path().join("fifo");
+        let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+        // SAFETY: a valid NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        let e = Config::load(&fifo).unwrap_err().to_string();
+        assert!(e.contains("not a regular file"), "{e}");
+        let big = d.path().join("big.toml");
+        std::fs::write(&big, vec![b'#'; 2 << 20]).unwrap();
+        let e = Config::load(&big).unwrap_err().to_string();
+        assert!(e.contains("big.toml") && e.contains("larger than"), "{e}");
     }
 
     #[test]

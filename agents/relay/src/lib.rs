@@ -4,11 +4,15 @@
 //!
 //! - [`cli`]: the command line (clap), shared with the man-page generator;
 //! - [`config`]: the TOML configuration and its validation;
+//! - [`auth`]: the link side's pre-shared-key handshake;
+//! - [`limits`]: per-peer expansion budgets and aggregated warnings;
 //! - [`service`]: accept loop, per-connection pumps, reload, drain;
 //! - [`metrics`]: statistics and the OpenMetrics exposition.
 
+pub mod auth;
 pub mod cli;
 pub mod config;
+pub mod limits;
 pub mod metrics;
 pub mod service;
 

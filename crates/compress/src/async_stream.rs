@@ -243,7 +243,18 @@ impl<R: AsyncRead + Unpin, W: AsyncWrite + Unpin> AsyncReceiver<R, W> {
         if self.replies.is_empty() {
             return;
         }
-        let mut w = self.writer.lock().await;
+        // Never wait for the writer here: while the sender holds it, blocked
+        // on a full link whose peer is itself waiting to write its replies,
+        // neither end would read again (a deadlock of two relays under load
+        // in both directions). A busy sender takes the replies with its next
+        // message; the hold time stamped then keeps the peer's RTT honest.
+        let Ok(mut w) = self.writer.try_lock() else {
+            let mut p = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+            let mut kept = std::mem::take(&mut self.replies);
+            kept.append(&mut p);
+            *p = kept;
+            return;
+        };
         lock(&self.endpoint).stamp_replies(&mut self.replies);
         if w.write_all(&self.replies).await.is_ok() {
             let _ = w.flush().await;
