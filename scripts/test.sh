@@ -29,6 +29,8 @@ fi
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --locked -- -D warnings
 cargo test --workspace --locked
+# perf's own CSV and JSON output linters on `hwqos stat` (built by cargo test).
+./scripts/perf-output-lint target/debug/hwqos
 ./deploy/verify-units.sh
 ./scripts/fuzz.sh 30
 ./kernel-patch/test.sh

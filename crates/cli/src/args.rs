@@ -61,8 +61,9 @@ pub struct TargetArgs {
     /// System-wide: count on every online CPU (needs root or perf_event_paranoid ≤ 0).
     #[arg(short = 'a', long = "all-cpus")]
     pub all_cpus: bool,
-    /// The command to run and measure (after `--`).
-    #[arg(last = true, value_name = "CMD")]
+    /// The command to run and measure, with or without `--` before it (like
+    /// perf). With -p, -t, -a or -C it only sets how long to count.
+    #[arg(trailing_var_arg = true, value_name = "CMD")]
     pub command: Vec<String>,
 }
 
@@ -78,20 +79,52 @@ pub struct StatArgs {
     /// Print counts every MS milliseconds (deltas), then the totals.
     #[arg(short = 'I', long = "interval-print", value_name = "MS")]
     pub interval_ms: Option<u64>,
-    /// CSV-like output with this field separator (perf's `-x`).
+    /// CSV-like output with this field separator, in perf's field order
+    /// (`[time,][CPU,]count,unit,event,run-time,percentage,metric,unit`).
     #[arg(
         short = 'x',
         long = "field-separator",
         value_name = "SEP",
-        conflicts_with = "json"
+        conflicts_with_all = ["json", "json_full"]
     )]
     pub separator: Option<String>,
-    /// One JSON object per counter and scope, per line.
-    #[arg(long)]
+    /// One JSON object per counter and line, in perf's own JSON shape
+    /// (`counter-value`, `unit`, `event`, `event-runtime`, `pcnt-running`, …).
+    #[arg(short = 'j', long, conflicts_with = "json_full")]
     pub json: bool,
-    /// With -a: one line per CPU instead of the system-wide sum (perf's -A).
-    #[arg(short = 'A', long = "no-aggr", requires = "all_cpus")]
+    /// One JSON object per counter and scope in hwqos's schema `hwqos.stat/1`
+    /// (metric name, scope, scaled value, raw count, enabled and running times).
+    #[arg(long = "json-full")]
+    pub json_full: bool,
+    /// Write the counts to FILE instead of standard error (perf's -o).
+    #[arg(short = 'o', long = "output", value_name = "FILE")]
+    pub output: Option<PathBuf>,
+    /// With -o: append to FILE instead of replacing it.
+    #[arg(long, requires = "output")]
+    pub append: bool,
+    /// One line per CPU instead of the sum over CPUs (perf's -A; with -a or -C).
+    #[arg(short = 'A', long = "no-aggr")]
     pub per_cpu: bool,
+    /// Count only on these CPUs, system-wide (e.g. `0-3,6`; implies -a).
+    #[arg(short = 'C', long = "cpu", value_name = "CPUS", conflicts_with_all = ["pids", "tids"])]
+    pub cpus: Option<String>,
+    /// Count only these threads (comma-separated tids; no inheritance).
+    #[arg(
+        short = 't',
+        long = "tid",
+        value_delimiter = ',',
+        value_name = "TID",
+        conflicts_with_all = ["pids", "all_cpus"]
+    )]
+    pub tids: Vec<u32>,
+    /// Run the command N times and print the mean and the relative standard
+    /// deviation of each count (perf's -r).
+    #[arg(short = 'r', long = "repeat", value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pub repeat: Option<u32>,
+    /// Accepted for perf compatibility: hwqos never merges events of
+    /// several PMUs into one line.
+    #[arg(long = "no-merge")]
+    pub no_merge: bool,
     #[command(flatten)]
     pub target: TargetArgs,
 }
@@ -101,6 +134,11 @@ pub struct ListArgs {
     /// One JSON object per event.
     #[arg(long)]
     pub json: bool,
+    /// Only these events, like `perf list`: `sw` (or `software`), `hw` (or
+    /// `hardware`), `cache` (or `hwcache`), `tracepoint`, or a glob pattern
+    /// matched against the names (`*fault*`, `hw.l1d.*`).
+    #[arg(value_name = "FILTER")]
+    pub filter: Vec<String>,
 }
 
 #[derive(Debug, Args)]
@@ -272,6 +310,14 @@ mod tests {
         };
         assert_eq!(a.target.command, ["ls", "-l"]);
         assert_eq!(a.interval_ms, Some(100));
+        let Some(Command::Stat(b)) =
+            Cli::try_parse_from(["hwqos", "stat", "-e", "page-faults", "ls", "-l", "--color"])
+                .unwrap()
+                .command
+        else {
+            panic!("not stat")
+        };
+        assert_eq!(b.target.command, ["ls", "-l", "--color"], "CMD without --");
         assert!(Cli::try_parse_from(["hwqos", "stat", "-p", "1", "-a"]).is_err());
         assert!(
             Cli::try_parse_from(["hwqos", "--list-events", "--json"])

@@ -30,12 +30,12 @@ use args::{Cli, Command};
 /// Runs a parsed command line; returns the process exit code.
 pub fn run(cli: Cli) -> Result<u8> {
     if cli.list_events {
-        list::run(cli.json, &mut std::io::stdout().lock())?;
+        list::run(cli.json, &[], &mut std::io::stdout().lock())?;
         return Ok(0);
     }
     match cli.command {
         Some(Command::List(a)) => {
-            list::run(a.json, &mut std::io::stdout().lock())?;
+            list::run(a.json, &a.filter, &mut std::io::stdout().lock())?;
             Ok(0)
         }
         Some(Command::Spec(a)) => {
@@ -45,8 +45,20 @@ pub fn run(cli: Cli) -> Result<u8> {
         Some(Command::Stat(a)) => {
             let mut backend = hwqos_pmu::backend::perf::PerfBackend::for_this_node();
             let mut resolve = node_resolver();
-            let stdout = std::io::stdout();
-            let mut out = stdout.lock();
+            // Counts go to standard error like perf's (standard output belongs
+            // to the measured command), or to the -o file.
+            let mut out: Box<dyn std::io::Write> = match &a.output {
+                Some(path) => Box::new(
+                    std::fs::OpenOptions::new()
+                        .create(true)
+                        .write(true)
+                        .append(a.append)
+                        .truncate(!a.append)
+                        .open(path)
+                        .map_err(|e| error::usage(format!("-o {}: {e}", path.display())))?,
+                ),
+                None => Box::new(std::io::stderr().lock()),
+            };
             stat_run::run(
                 &a,
                 stat_run::StatEnv {

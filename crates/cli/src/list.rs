@@ -25,6 +25,87 @@ pub fn statuses(catalog: &Catalog, backend: &mut dyn CounterBackend) -> Vec<Even
     spec::check_availability(catalog, backend, &refs)
 }
 
+/// What `hwqos list FILTER…` keeps: perf's category keywords or name patterns.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ListFilter {
+    /// `sw` / `software`: kernel software events.
+    Software,
+    /// `hw` / `hardware`: PMU events other than caches and TLBs (core PMU
+    /// aliases from sysfs included).
+    Hardware,
+    /// `cache` / `hwcache`: cache and TLB events.
+    Cache,
+    /// `tracepoint`: hwqos counts no tracepoints, so this lists nothing.
+    Tracepoint,
+    /// A glob (`*`, `?`) matched against the whole name, or else a substring.
+    Pattern(String),
+}
+
+impl ListFilter {
+    /// Reads one `hwqos list` argument, like `perf list` does.
+    pub fn parse(arg: &str) -> ListFilter {
+        match arg {
+            "sw" | "software" => ListFilter::Software,
+            "hw" | "hardware" => ListFilter::Hardware,
+            "cache" | "hwcache" => ListFilter::Cache,
+            "tracepoint" => ListFilter::Tracepoint,
+            other => ListFilter::Pattern(other.to_string()),
+        }
+    }
+
+    /// Whether `status` passes this filter.
+    pub fn keeps(&self, status: &EventStatus) -> bool {
+        let metric = status.metric.as_ref().map(|m| m.as_str()).unwrap_or("");
+        let cache = [
+            "hw.l1d.", "hw.l1i.", "hw.l2.", "hw.llc.", "hw.dtlb.", "hw.itlb.", "hw.node.",
+        ]
+        .iter()
+        .any(|p| metric.starts_with(p));
+        match self {
+            ListFilter::Software => metric.starts_with("sw."),
+            ListFilter::Hardware => !metric.starts_with("sw.") && !cache,
+            ListFilter::Cache => cache,
+            ListFilter::Tracepoint => false,
+            ListFilter::Pattern(p) if p.contains(['*', '?']) => glob_matches(p, &status.name),
+            ListFilter::Pattern(p) => status.name.contains(p.as_str()),
+        }
+    }
+}
+
+/// Shell-style glob with `*` and `?` over the whole of `text`.
+fn glob_matches(pattern: &str, text: &str) -> bool {
+    let (p, t): (Vec<char>, Vec<char>) = (pattern.chars().collect(), text.chars().collect());
+    let (mut pi, mut ti) = (0, 0);
+    let mut backtrack: Option<(usize, usize)> = None;
+    while ti < t.len() {
+        if pi < p.len() && (p[pi] == '?' || p[pi] == t[ti]) {
+            pi += 1;
+            ti += 1;
+        } else if pi < p.len() && p[pi] == '*' {
+            backtrack = Some((pi, ti));
+            pi += 1;
+        } else if let Some((star, matched)) = backtrack {
+            pi = star + 1;
+            ti = matched + 1;
+            backtrack = Some((star, matched + 1));
+        } else {
+            return false;
+        }
+    }
+    p[pi..].iter().all(|&c| c == '*')
+}
+
+/// Keeps the statuses that pass any of `filters` (all of them when empty).
+pub fn filter(statuses: Vec<EventStatus>, filters: &[ListFilter]) -> Vec<EventStatus> {
+    if filters.is_empty() {
+        return statuses;
+    }
+    statuses
+        .into_iter()
+        .filter(|s| filters.iter().any(|f| f.keeps(s)))
+        .collect()
+}
+
 /// Renders the statuses as a table or JSON lines.
 pub fn render(statuses: &[EventStatus], json: bool) -> Result<String> {
     if !json {
@@ -47,11 +128,12 @@ pub fn render(statuses: &[EventStatus], json: bool) -> Result<String> {
     Ok(out)
 }
 
-/// `hwqos list [--json]` on this node.
-pub fn run(json: bool, out: &mut dyn std::io::Write) -> Result<()> {
+/// `hwqos list [--json] [FILTER…]` on this node.
+pub fn run(json: bool, filters: &[String], out: &mut dyn std::io::Write) -> Result<()> {
     let catalog = Catalog::for_this_node();
     let mut backend = hwqos_pmu::backend::perf::PerfBackend::new();
-    let text = render(&statuses(&catalog, &mut backend), json)?;
+    let filters: Vec<ListFilter> = filters.iter().map(|f| ListFilter::parse(f)).collect();
+    let text = render(&filter(statuses(&catalog, &mut backend), &filters), json)?;
     out.write_all(text.as_bytes())
         .context("writing the event list")
 }
@@ -68,5 +150,47 @@ pub fn run_spec(args: &crate::args::SpecArgs, out: &mut dyn std::io::Write) -> R
             .write(path)
             .with_context(|| format!("writing the target spec to {}", path.display())),
         None => writeln!(out, "{}", node_spec.to_json_pretty()?).context("writing the target spec"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use hwqos_core::MetricName;
+
+    fn status(name: &str, metric: &'static str) -> EventStatus {
+        EventStatus {
+            name: name.into(),
+            metric: Some(MetricName::from_static(metric)),
+            available: true,
+            reason: None,
+            source: None,
+        }
+    }
+
+    #[test]
+    fn filters_follow_perf_list_keywords_and_globs() {
+        let all = vec![
+            status("sw.page_faults", "sw.page_faults"),
+            status("hw.cycles", "hw.cycles"),
+            status("hw.l1d.miss", "hw.l1d.miss"),
+            status("cpu/cache-misses/", "hw.llc.miss"),
+        ];
+        let names = |f: &[&str]| -> Vec<String> {
+            let f: Vec<ListFilter> = f.iter().map(|s| ListFilter::parse(s)).collect();
+            filter(all.clone(), &f)
+                .into_iter()
+                .map(|s| s.name)
+                .collect()
+        };
+        assert_eq!(names(&["sw"]), ["sw.page_faults"]);
+        assert_eq!(names(&["hardware"]), ["hw.cycles"]);
+        assert_eq!(names(&["cache"]), ["hw.l1d.miss", "cpu/cache-misses/"]);
+        assert_eq!(names(&["tracepoint"]), Vec::<String>::new());
+        assert_eq!(names(&["*fault*"]), ["sw.page_faults"]);
+        assert_eq!(names(&["hw.l?d.*"]), ["hw.l1d.miss"]);
+        assert_eq!(names(&["cycles"]), ["hw.cycles"]);
+        assert_eq!(names(&["sw", "cycles"]), ["sw.page_faults", "hw.cycles"]);
+        assert_eq!(names(&[]).len(), 4);
     }
 }

@@ -8,9 +8,14 @@
 //! below 100 %. Per-task or per-CPU counts of one scope are summed (counts,
 //! enabled and running times alike) before scaling, which is perf's aggregation.
 //!
+//! Events written as a group (`{cycles,instructions}`) are opened as one
+//! counter group per task or CPU, so the kernel schedules them together and
+//! their ratio is taken over the same time, as in perf.
+//!
 //! The engine ([`CounterSet`]) works on any [`CounterBackend`], so it is tested
 //! with the simulator; [`render`] turns readings into perf-like text, perf's
-//! `-x` CSV, or JSON lines.
+//! `-x` CSV (perf 6.1's field order), perf's JSON lines, or hwqos's own JSON
+//! lines (`hwqos.stat/1`).
 
 use anyhow::{Context, Result};
 use hwqos_core::metric::Unit;
@@ -63,6 +68,89 @@ pub fn split_event_list(list: &str) -> Vec<String> {
         .collect()
 }
 
+/// Parses a `-e` argument into event groups: `{a,b}` is one group (a modifier
+/// after the brace, `{a,b}:u`, applies to every member), a plain name is a
+/// group of one; commas inside a `pmu/…/` term list do not split.
+pub fn parse_event_groups(list: &str) -> Result<Vec<Vec<String>>, String> {
+    let mut groups: Vec<Vec<String>> = Vec::new();
+    let mut open_group: Option<Vec<String>> = None;
+    let mut current = String::new();
+    let mut slashes = 0usize;
+    let mut chars = list.chars().peekable();
+    let flush = |current: &mut String, into: &mut Vec<String>| {
+        let name = current.trim().to_string();
+        current.clear();
+        if !name.is_empty() {
+            into.push(name);
+        }
+    };
+    while let Some(c) = chars.next() {
+        match c {
+            '/' => {
+                slashes += 1;
+                current.push(c);
+            }
+            '{' if slashes % 2 == 0 => {
+                if open_group.is_some() {
+                    return Err(format!("event groups do not nest: `{list}`"));
+                }
+                if !current.trim().is_empty() {
+                    return Err(format!("a comma must come before `{{` in `{list}`"));
+                }
+                open_group = Some(Vec::new());
+            }
+            '}' if slashes % 2 == 0 => {
+                let Some(mut members) = open_group.take() else {
+                    return Err(format!("`}}` without its `{{` in `{list}`"));
+                };
+                flush(&mut current, &mut members);
+                if members.is_empty() {
+                    return Err(format!("an empty event group in `{list}`"));
+                }
+                if chars.peek() == Some(&':') {
+                    chars.next();
+                    let mut modifiers = String::new();
+                    while let Some(&m) = chars.peek() {
+                        if m == ',' {
+                            break;
+                        }
+                        modifiers.push(m);
+                        chars.next();
+                    }
+                    for m in &mut members {
+                        m.push(':');
+                        m.push_str(modifiers.trim());
+                    }
+                }
+                groups.push(members);
+            }
+            ',' if slashes % 2 == 0 => {
+                slashes = 0;
+                match open_group.as_mut() {
+                    Some(members) => flush(&mut current, members),
+                    None => {
+                        let mut one = Vec::new();
+                        flush(&mut current, &mut one);
+                        if !one.is_empty() {
+                            groups.push(one);
+                        }
+                    }
+                }
+            }
+            _ => current.push(c),
+        }
+    }
+    if open_group.is_some() {
+        return Err(format!("`{{` without its `}}` in `{list}`"));
+    }
+    let mut one = Vec::new();
+    flush(&mut current, &mut one);
+    if !one.is_empty() {
+        groups.push(one);
+    }
+    Ok(groups)
+}
+
 /// One event as the user named it, resolved, or the reason it cannot be counted.
 #[derive(Clone, Debug)]
 pub struct StatEvent {
@@ -73,6 +161,8 @@ pub struct StatEvent {
     pub event: Option<Event>,
     /// Why this event is not counted on this node (perf's `<not supported>`).
     pub unavailable: Option<String>,
+    /// The counter group it is opened in (events of one `{…}` share it).
+    pub group: usize,
 }
 
 impl StatEvent {
@@ -82,6 +172,7 @@ impl StatEvent {
             metric: Some(event.metric.clone()),
             event: Some(event),
             unavailable: None,
+            group: 0,
         }
     }
 
@@ -104,27 +195,33 @@ impl StatEvent {
     }
 }
 
-/// Resolves names with `resolve`; unknown names are an error naming the event
-/// (exit 2), names the catalog knows but the node cannot count are kept and
-/// marked unavailable.
+/// Resolves the names of each group with `resolve`; unknown names are an error
+/// naming the event (exit 2), names the catalog knows but the node cannot count
+/// are kept and marked unavailable.
 pub fn resolve_events(
-    names: &[String],
+    groups: &[Vec<String>],
     resolve: &mut dyn FnMut(&str) -> Result<Event, PmuError>,
 ) -> Result<Vec<StatEvent>> {
-    let mut out = Vec::with_capacity(names.len());
-    for name in names {
-        match resolve(name) {
-            Ok(mut event) => {
-                event.name = name.clone();
-                out.push(StatEvent::counted(event));
+    let mut out = Vec::new();
+    for (group, names) in groups.iter().enumerate() {
+        for name in names {
+            match resolve(name) {
+                Ok(mut event) => {
+                    event.name = name.clone();
+                    out.push(StatEvent {
+                        group,
+                        ..StatEvent::counted(event)
+                    });
+                }
+                Err(PmuError::Unavailable { reason, .. }) => out.push(StatEvent {
+                    name: name.clone(),
+                    metric: None,
+                    event: None,
+                    unavailable: Some(reason),
+                    group,
+                }),
+                Err(e) => return Err(anyhow::Error::new(e)).context("in -e"),
             }
-            Err(PmuError::Unavailable { reason, .. }) => out.push(StatEvent {
-                name: name.clone(),
-                metric: None,
-                event: None,
-                unavailable: Some(reason),
-            }),
-            Err(e) => return Err(anyhow::Error::new(e)).context("in -e"),
         }
     }
     Ok(out)
@@ -166,11 +263,14 @@ pub struct ScopeTargets {
     pub targets: Vec<CountTarget>,
 }
 
-/// The open counters: per scope, per event, one group per task or CPU.
+/// The open counters: per scope, per counter group, one kernel group per task
+/// or CPU.
 pub struct CounterSet {
     pub events: Vec<StatEvent>,
     scopes: Vec<ScopeTargets>,
-    /// groups[scope][event] = the groups summed for that cell.
+    /// The counted events of each counter group, in their order in the group.
+    units: Vec<Vec<usize>>,
+    /// groups[scope][unit] = the kernel groups summed for that cell.
     groups: Vec<Vec<Vec<GroupId>>>,
 }
 
@@ -197,25 +297,43 @@ impl Reading {
     }
 }
 
+/// The counted events of each counter group, in the order they were given.
+fn counter_units(events: &[StatEvent]) -> Vec<Vec<usize>> {
+    let mut units: Vec<(usize, Vec<usize>)> = Vec::new();
+    for (i, ev) in events.iter().enumerate() {
+        if ev.event.is_none() {
+            continue;
+        }
+        match units.iter_mut().find(|(g, _)| *g == ev.group) {
+            Some((_, members)) => members.push(i),
+            None => units.push((ev.group, vec![i])),
+        }
+    }
+    units.into_iter().map(|(_, members)| members).collect()
+}
+
 impl CounterSet {
-    /// Opens every counted event on every target of every scope (disabled).
-    /// An event the kernel refuses becomes unavailable (its other groups are
-    /// closed); a task that exited in the meantime is skipped.
+    /// Opens every counter group on every target of every scope (disabled).
+    /// A group the kernel refuses makes its events unavailable (its other
+    /// kernel groups are closed); a task that exited in the meantime is skipped.
     pub fn open(
         backend: &mut dyn CounterBackend,
         mut events: Vec<StatEvent>,
         scopes: Vec<ScopeTargets>,
     ) -> Result<CounterSet> {
-        let mut groups = vec![vec![Vec::new(); events.len()]; scopes.len()];
-        for (ei, ev) in events.iter_mut().enumerate() {
-            let Some(event) = ev.event.clone() else {
-                continue;
-            };
+        let mut units = counter_units(&events);
+        let mut groups = vec![vec![Vec::new(); units.len()]; scopes.len()];
+        let mut refused_units = Vec::new();
+        for (ui, members) in units.iter().enumerate() {
+            let unit_events: Vec<Event> = members
+                .iter()
+                .filter_map(|&i| events[i].event.clone())
+                .collect();
             let mut refused = None;
             'scopes: for (si, scope) in scopes.iter().enumerate() {
                 for target in &scope.targets {
-                    match backend.open_group(target, std::slice::from_ref(&event)) {
-                        Ok(g) => groups[si][ei].push(g),
+                    match backend.open_group(target, &unit_events) {
+                        Ok(g) => groups[si][ui].push(g),
                         Err(PmuError::NoSuchTask { .. }) => {}
                         Err(PmuError::Unavailable { reason, .. }) => {
                             refused = Some(reason);
@@ -229,8 +347,10 @@ impl CounterSet {
                             for cell in groups.iter().flatten().flatten() {
                                 backend.close(*cell);
                             }
+                            let names: Vec<&str> =
+                                members.iter().map(|&i| events[i].name.as_str()).collect();
                             return Err(anyhow::Error::new(e)).with_context(|| {
-                                format!("opening `{}` on {}", ev.name, scope.scope)
+                                format!("opening `{}` on {}", names.join(","), scope.scope)
                             });
                         }
                     }
@@ -238,17 +358,27 @@ impl CounterSet {
             }
             if let Some(reason) = refused {
                 for per_scope in groups.iter_mut() {
-                    for g in per_scope[ei].drain(..) {
+                    for g in per_scope[ui].drain(..) {
                         backend.close(g);
                     }
                 }
-                ev.mark_unavailable(reason);
+                for &i in members {
+                    events[i].mark_unavailable(reason.clone());
+                }
+                refused_units.push(ui);
+            }
+        }
+        for ui in refused_units.into_iter().rev() {
+            units.remove(ui);
+            for per_scope in groups.iter_mut() {
+                per_scope.remove(ui);
             }
         }
         ensure_some_counted(&events)?;
         Ok(CounterSet {
             events,
             scopes,
+            units,
             groups,
         })
     }
@@ -285,25 +415,34 @@ impl CounterSet {
     pub fn read(&self, backend: &mut dyn CounterBackend) -> Result<Vec<Reading>> {
         let mut out = Vec::new();
         for (si, scope) in self.scopes.iter().enumerate() {
-            for (ei, ev) in self.events.iter().enumerate() {
-                let counter = if ev.event.is_none() {
-                    None
-                } else {
-                    let mut sum = CounterReading {
+            let mut sums: Vec<Option<CounterReading>> = vec![None; self.events.len()];
+            for (ui, members) in self.units.iter().enumerate() {
+                for &i in members {
+                    sums[i] = Some(CounterReading {
                         raw: 0,
                         time_enabled: 0,
                         time_running: 0,
-                    };
-                    for g in &self.groups[si][ei] {
-                        let r = backend
-                            .read(*g)
-                            .with_context(|| format!("reading `{}` on {}", ev.name, scope.scope))?;
-                        sum.raw = sum.raw.wrapping_add(r.values.first().copied().unwrap_or(0));
-                        sum.time_enabled += r.time_enabled;
-                        sum.time_running += r.time_running;
+                    });
+                }
+                for g in &self.groups[si][ui] {
+                    let r = backend.read(*g).with_context(|| {
+                        format!(
+                            "reading `{}` on {}",
+                            self.events[members[0]].name, scope.scope
+                        )
+                    })?;
+                    for (position, &i) in members.iter().enumerate() {
+                        if let Some(sum) = sums[i].as_mut() {
+                            sum.raw = sum
+                                .raw
+                                .wrapping_add(r.values.get(position).copied().unwrap_or(0));
+                            sum.time_enabled += r.time_enabled;
+                            sum.time_running += r.time_running;
+                        }
                     }
-                    Some(sum)
-                };
+                }
+            }
+            for (ei, counter) in sums.into_iter().enumerate() {
                 out.push(Reading {
                     scope: scope.scope.clone(),
                     event: ei,
@@ -320,13 +459,15 @@ impl CounterSet {
 pub enum Format {
     /// perf-like aligned text.
     Text,
-    /// perf's `-x SEP` format: value, unit, event, run time, running %, metric value, metric unit.
+    /// perf's `-x SEP` format: `[time,][CPU,]count,unit,event,[variance,]run-time,percentage,metric,metric-unit`.
     Separated(String),
-    /// One JSON object per line ([`StatLine`]).
-    Json,
+    /// perf's `-j` JSON: one object per line with perf's keys.
+    PerfJson,
+    /// hwqos's own JSON lines ([`StatLine`], schema `hwqos.stat/1`).
+    HwqosJson,
 }
 
-/// One `hwqos stat --json` line.
+/// One `hwqos stat --json-full` line.
 #[derive(Clone, Debug, Serialize)]
 pub struct StatLine {
     pub schema: &'static str,
@@ -335,9 +476,10 @@ pub struct StatLine {
     /// The hwqos metric name it was counted as.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub metric: Option<String>,
-    /// `pid:N`, `system` or `cpu:N`.
+    /// `pid:N`, `tid:P/T`, `system` or `cpu:N`.
     pub scope: String,
     /// The scaled count (for task-clock: nanoseconds); `null` when not counted.
+    /// With `-r`: the mean over the runs.
     pub value: Option<f64>,
     /// The unit of `value` and `counter_value` (`nanoseconds`, `events`).
     pub unit: Unit,
@@ -359,17 +501,24 @@ pub struct StatLine {
     /// With `-I`: seconds since counting started, at the end of this interval.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub interval: Option<f64>,
+    /// With `-r`: the standard error of the mean over the runs, in percent of
+    /// the mean (perf's `+- x%`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rel_stddev_pct: Option<f64>,
 }
 
-/// Builds the JSON/CSV records of a set of readings.
+/// Builds the JSON records of a set of readings; `spread` (empty, or one per
+/// reading) is the relative standard error of `-r`.
 pub fn stat_lines(
     events: &[StatEvent],
     readings: &[Reading],
     interval: Option<f64>,
+    spread: &[f64],
 ) -> Vec<StatLine> {
     readings
         .iter()
-        .map(|r| {
+        .enumerate()
+        .map(|(i, r)| {
             let ev = &events[r.event];
             let (value, unavailable) = match (&ev.unavailable, r.counter) {
                 (Some(reason), _) => (None, Some(format!("<not supported>: {reason}"))),
@@ -396,6 +545,7 @@ pub fn stat_lines(
                 multiplexed: r.counter.is_some_and(|c| c.multiplexed()),
                 unavailable,
                 interval,
+                rel_stddev_pct: spread.get(i).copied(),
             }
         })
         .collect()
@@ -406,8 +556,21 @@ pub fn stat_lines(
 pub struct RunInfo {
     /// `'CMD ARGS'`, `process id '1234'` or `'system wide'`.
     pub what: String,
-    /// Wall time counted, in nanoseconds.
+    /// Wall time counted, in nanoseconds (with `-r`: the mean over the runs).
     pub elapsed_ns: u64,
+    /// With `-r N`: N, and the standard error of the mean elapsed time in ns.
+    pub runs: Option<(u32, f64)>,
+}
+
+impl RunInfo {
+    /// A single run of `what` that lasted `elapsed_ns`.
+    pub fn once(what: impl Into<String>, elapsed_ns: u64) -> RunInfo {
+        RunInfo {
+            what: what.into(),
+            elapsed_ns,
+            runs: None,
+        }
+    }
 }
 
 fn unit_word(unit: Unit) -> &'static str {
@@ -463,19 +626,66 @@ fn shadow_metric(
     Some((scaled, format!("{prefix}/sec")))
 }
 
+/// perf's label in front of a count: `CPU3` for a CPU; a process or thread
+/// scope only when several are shown (perf would sum them: see docs/cli.md).
+fn scope_label(scope: &Scope, several: bool) -> Option<String> {
+    match scope {
+        Scope::Cpu { cpu } => Some(format!("CPU{cpu}")),
+        Scope::System => None,
+        other if several => Some(other.to_string()),
+        _ => None,
+    }
+}
+
+/// How one reading is shown, whatever the format.
+enum Shown {
+    /// The scaled count in display units, and the reading.
+    Counted(f64, CounterReading),
+    NotCounted(u64),
+    NotSupported(String),
+}
+
+fn shown(ev: &StatEvent, r: &Reading) -> Shown {
+    match (&ev.unavailable, r.counter) {
+        (Some(reason), _) => Shown::NotSupported(reason.clone()),
+        (None, Some(c)) => match c.scaled() {
+            Some(v) => Shown::Counted(display_value(ev.unit(), v), c),
+            None => Shown::NotCounted(c.time_running),
+        },
+        (None, None) => Shown::NotCounted(0),
+    }
+}
+
+fn count_text(unit: Unit, v: f64) -> String {
+    if unit == Unit::Nanoseconds {
+        format!("{v:.2}")
+    } else {
+        format!("{v:.0}")
+    }
+}
+
+fn json_str(s: &str) -> String {
+    serde_json::to_string(s).unwrap_or_else(|_| "\"\"".to_string())
+}
+
 /// Renders readings. `interval` is the time stamp (seconds since start) of an
-/// `-I` interval, `None` for the final totals.
+/// `-I` interval, `None` for the final totals; `spread` is empty, or per
+/// reading the relative standard error in percent of `-r`.
 pub fn render(
     format: &Format,
     events: &[StatEvent],
     readings: &[Reading],
     info: &RunInfo,
     interval: Option<f64>,
+    spread: &[f64],
 ) -> String {
     let mut out = String::new();
+    let several = readings
+        .iter()
+        .any(|r| !matches!(r.scope, Scope::Cpu { .. }) && r.scope != readings[0].scope);
     match format {
-        Format::Json => {
-            for line in stat_lines(events, readings, interval) {
+        Format::HwqosJson => {
+            for line in stat_lines(events, readings, interval, spread) {
                 // StatLine holds only strings and numbers: serialization cannot fail.
                 if let Ok(json) = serde_json::to_string(&line) {
                     out.push_str(&json);
@@ -483,47 +693,84 @@ pub fn render(
                 }
             }
         }
+        Format::PerfJson => {
+            for (i, r) in readings.iter().enumerate() {
+                let ev = &events[r.event];
+                let mut fields: Vec<String> = Vec::new();
+                if let Some(t) = interval {
+                    fields.push(format!("\"interval\" : {t:.9}"));
+                }
+                match &r.scope {
+                    Scope::Cpu { cpu } => fields.push(format!("\"cpu\" : \"{cpu}\"")),
+                    Scope::System => {}
+                    other if several => {
+                        fields.push(format!("\"thread\" : {}", json_str(&other.to_string())))
+                    }
+                    _ => {}
+                }
+                let (value, runtime, pct) = match shown(ev, r) {
+                    Shown::Counted(v, c) => (
+                        format!("{v:.6}"),
+                        c.time_running,
+                        c.running_fraction() * 100.0,
+                    ),
+                    Shown::NotCounted(run) => ("<not counted>".to_string(), run, 0.0),
+                    Shown::NotSupported(_) => ("<not supported>".to_string(), 0, 100.0),
+                };
+                fields.push(format!("\"counter-value\" : \"{value}\""));
+                fields.push(format!("\"unit\" : \"{}\"", unit_word(ev.unit())));
+                fields.push(format!("\"event\" : {}", json_str(&ev.name)));
+                if let Some(v) = spread.get(i) {
+                    fields.push(format!("\"variance\" : {v:.2}"));
+                }
+                fields.push(format!("\"event-runtime\" : {runtime}"));
+                fields.push(format!("\"pcnt-running\" : {pct:.2}"));
+                let (mv, mu) = shadow_metric(events, readings, r, info.elapsed_ns)
+                    .unwrap_or((0.0, String::new()));
+                fields.push(format!("\"metric-value\" : {mv:.6}"));
+                fields.push(format!("\"metric-unit\" : {}", json_str(&mu)));
+                let _ = writeln!(out, "{{{}}}", fields.join(", "));
+            }
+        }
         Format::Separated(sep) => {
-            let multi_scope = readings.iter().any(|r| r.scope != readings[0].scope);
-            for r in readings {
+            for (i, r) in readings.iter().enumerate() {
                 let ev = &events[r.event];
                 if let Some(t) = interval {
-                    let _ = write!(out, "{t:.9}{sep}");
+                    let _ = write!(out, "{t:>16.9}{sep}");
                 }
-                if multi_scope {
-                    let _ = write!(out, "{}{sep}", r.scope);
+                if let Some(label) = scope_label(&r.scope, several) {
+                    let _ = write!(out, "{label}{sep}");
                 }
                 let unit = unit_word(ev.unit());
-                match (ev.unavailable.is_some(), r.counter) {
-                    (false, Some(c)) if c.scaled().is_some() => {
-                        let v = display_value(ev.unit(), c.scaled().unwrap_or(0.0));
+                let variance = spread
+                    .get(i)
+                    .map(|v| format!("{v:.2}%{sep}"))
+                    .unwrap_or_default();
+                match shown(ev, r) {
+                    Shown::Counted(v, c) => {
                         let (mv, mu) = shadow_metric(events, readings, r, info.elapsed_ns)
                             .map(|(v, u)| (format!("{v:.3}"), u))
                             .unwrap_or_default();
-                        let value = if ev.unit() == Unit::Nanoseconds {
-                            format!("{v:.2}")
-                        } else {
-                            format!("{v:.0}")
-                        };
                         let _ = writeln!(
                             out,
-                            "{value}{sep}{unit}{sep}{}{sep}{}{sep}{:.2}{sep}{mv}{sep}{mu}",
+                            "{}{sep}{unit}{sep}{}{sep}{variance}{}{sep}{:.2}{sep}{mv}{sep}{mu}",
+                            count_text(ev.unit(), v),
                             ev.name,
                             c.time_running,
                             c.running_fraction() * 100.0
                         );
                     }
-                    (false, Some(c)) => {
+                    Shown::NotCounted(run) => {
                         let _ = writeln!(
                             out,
-                            "<not counted>{sep}{unit}{sep}{}{sep}{}{sep}0.00{sep}{sep}",
-                            ev.name, c.time_running
+                            "<not counted>{sep}{unit}{sep}{}{sep}{variance}{run}{sep}0.00{sep}{sep}",
+                            ev.name
                         );
                     }
-                    _ => {
+                    Shown::NotSupported(_) => {
                         let _ = writeln!(
                             out,
-                            "<not supported>{sep}{unit}{sep}{}{sep}0{sep}100.00{sep}{sep}",
+                            "<not supported>{sep}{unit}{sep}{}{sep}{variance}0{sep}100.00{sep}{sep}",
                             ev.name
                         );
                     }
@@ -531,41 +778,46 @@ pub fn render(
             }
         }
         Format::Text => {
-            let multi_scope = readings.iter().any(|r| r.scope != readings[0].scope);
             if interval.is_none() {
-                let _ = writeln!(out, "\n Performance counter stats for {}:\n", info.what);
+                let runs = info
+                    .runs
+                    .map(|(n, _)| format!(" ({n} runs)"))
+                    .unwrap_or_default();
+                let _ = writeln!(
+                    out,
+                    "\n Performance counter stats for {}{runs}:\n",
+                    info.what
+                );
             }
-            for r in readings {
+            for (i, r) in readings.iter().enumerate() {
                 let ev = &events[r.event];
                 if let Some(t) = interval {
                     let _ = write!(out, "{t:>15.9} ");
                 }
-                if multi_scope {
-                    let _ = write!(out, "{:<12} ", r.scope.to_string());
+                if let Some(label) = scope_label(&r.scope, several) {
+                    let _ = write!(out, "{label:<12} ");
                 }
                 let unit = unit_word(ev.unit());
-                match (&ev.unavailable, r.counter) {
-                    (None, Some(c)) if c.scaled().is_some() => {
-                        let v = display_value(ev.unit(), c.scaled().unwrap_or(0.0));
-                        let value = if ev.unit() == Unit::Nanoseconds {
-                            format!("{v:.2}")
-                        } else {
-                            format!("{v:.0}")
-                        };
-                        let mut line = format!("{value:>18} {unit:<4} {:<32}", ev.name);
+                match shown(ev, r) {
+                    Shown::Counted(v, c) => {
+                        let mut line =
+                            format!("{:>18} {unit:<4} {:<32}", count_text(ev.unit(), v), ev.name);
                         if let Some((mv, mu)) = shadow_metric(events, readings, r, info.elapsed_ns)
                         {
-                            let _ = write!(line, " #  {mv:>8.3} {mu}");
+                            let _ = write!(line, " #  {mv:>8.3} {mu:<20}");
+                        }
+                        if let Some(v) = spread.get(i) {
+                            let _ = write!(line, " ( +- {v:>5.2}% )");
                         }
                         if c.multiplexed() {
                             let _ = write!(line, "  ({:.2}%)", c.running_fraction() * 100.0);
                         }
                         let _ = writeln!(out, "{}", line.trim_end());
                     }
-                    (None, _) => {
+                    Shown::NotCounted(_) => {
                         let _ = writeln!(out, "{:>18} {unit:<4} {}", "<not counted>", ev.name);
                     }
-                    (Some(reason), _) => {
+                    Shown::NotSupported(reason) => {
                         let _ = writeln!(
                             out,
                             "{:>18} {unit:<4} {:<32} #  {reason}",
@@ -575,15 +827,83 @@ pub fn render(
                 }
             }
             if interval.is_none() {
-                let _ = writeln!(
-                    out,
-                    "\n{:>18.9} seconds time elapsed\n",
-                    info.elapsed_ns as f64 / 1e9
-                );
+                let secs = info.elapsed_ns as f64 / 1e9;
+                match info.runs {
+                    Some((_, stderr_ns)) => {
+                        let rel = if info.elapsed_ns > 0 {
+                            100.0 * stderr_ns / info.elapsed_ns as f64
+                        } else {
+                            0.0
+                        };
+                        let _ = writeln!(
+                            out,
+                            "\n{secs:>18.9} +- {:.9} seconds time elapsed  ( +- {rel:.2}% )\n",
+                            stderr_ns / 1e9
+                        );
+                    }
+                    None => {
+                        let _ = writeln!(out, "\n{secs:>18.9} seconds time elapsed\n");
+                    }
+                }
             }
         }
     }
     out
+}
+
+/// perf's statistics of `-r N` runs: the mean of each count and the standard
+/// error of that mean in percent of it (`stddev / sqrt(N) / mean`, perf's
+/// `rel_stddev_stats`). `runs` are the totals of each run, in the same order.
+pub fn mean_of_runs(runs: &[Vec<Reading>]) -> (Vec<Reading>, Vec<f64>) {
+    let Some(first) = runs.first() else {
+        return (Vec::new(), Vec::new());
+    };
+    let n = runs.len() as f64;
+    let mut mean = Vec::with_capacity(first.len());
+    let mut spread = Vec::with_capacity(first.len());
+    for (i, r) in first.iter().enumerate() {
+        let counters: Vec<CounterReading> =
+            runs.iter().filter_map(|run| run.get(i)?.counter).collect();
+        if counters.len() != runs.len() {
+            mean.push(r.clone());
+            spread.push(0.0);
+            continue;
+        }
+        let avg = |f: &dyn Fn(&CounterReading) -> f64| counters.iter().map(f).sum::<f64>() / n;
+        let scaled: Vec<f64> = counters.iter().map(|c| c.scaled().unwrap_or(0.0)).collect();
+        let m = scaled.iter().sum::<f64>() / n;
+        let rel = relative_standard_error(&scaled, m);
+        let time_enabled = avg(&|c| c.time_enabled as f64).round() as u64;
+        let time_running = avg(&|c| c.time_running as f64).round() as u64;
+        // The raw count that scales to the mean over the mean times.
+        let raw = if time_enabled > 0 {
+            (m * time_running as f64 / time_enabled as f64).round() as u64
+        } else {
+            avg(&|c| c.raw as f64).round() as u64
+        };
+        mean.push(Reading {
+            scope: r.scope.clone(),
+            event: r.event,
+            counter: Some(CounterReading {
+                raw,
+                time_enabled,
+                time_running,
+            }),
+        });
+        spread.push(rel);
+    }
+    (mean, spread)
+}
+
+/// The standard error of the mean of `values` (whose mean is `mean`), in
+/// percent of the mean; 0 for fewer than two values or a zero mean.
+pub fn relative_standard_error(values: &[f64], mean: f64) -> f64 {
+    let n = values.len() as f64;
+    if values.len() < 2 || mean == 0.0 {
+        return 0.0;
+    }
+    let variance = values.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / (n - 1.0);
+    100.0 * (variance / n).sqrt() / mean.abs()
 }
 
 #[cfg(test)]
@@ -600,9 +920,87 @@ mod tests {
                 config: 0,
                 config1: 0,
                 config2: 0,
+                modes: Default::default(),
             },
             source: EventSource::PerfName,
         })
+    }
+
+    #[test]
+    fn event_groups_keep_pmu_terms_and_spread_group_modifiers() {
+        let g = |s: &str| parse_event_groups(s).unwrap();
+        assert_eq!(
+            g("task-clock,{cycles,cpu/event=0x51,umask=0x1/},r0151"),
+            vec![
+                vec!["task-clock".to_string()],
+                vec![
+                    "cycles".to_string(),
+                    "cpu/event=0x51,umask=0x1/".to_string()
+                ],
+                vec!["r0151".to_string()],
+            ]
+        );
+        assert_eq!(
+            g("{cycles,instructions}:u,page-faults"),
+            vec![
+                vec!["cycles:u".to_string(), "instructions:u".to_string()],
+                vec!["page-faults".to_string()],
+            ]
+        );
+        assert_eq!(g(""), Vec::<Vec<String>>::new());
+        for bad in ["{a,b", "a}", "{}", "{a,{b}}", "x{a}"] {
+            assert!(parse_event_groups(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn perf_json_lines_have_perfs_keys_in_perfs_order() {
+        let events = vec![ev("page-faults", "sw.page_faults")];
+        let readings = vec![Reading {
+            scope: Scope::Cpu { cpu: 1 },
+            event: 0,
+            counter: Some(CounterReading {
+                raw: 12,
+                time_enabled: 10,
+                time_running: 10,
+            }),
+        }];
+        let info = RunInfo::once("'system wide'", 10);
+        assert_eq!(
+            render(&Format::PerfJson, &events, &readings, &info, Some(0.5), &[]),
+            "{\"interval\" : 0.500000000, \"cpu\" : \"1\", \"counter-value\" : \"12.000000\", \"unit\" : \"\", \"event\" : \"page-faults\", \"event-runtime\" : 10, \"pcnt-running\" : 100.00, \"metric-value\" : 0.000000, \"metric-unit\" : \"\"}\n"
+        );
+        assert_eq!(
+            render(
+                &Format::Separated(",".into()),
+                &events,
+                &readings,
+                &info,
+                Some(0.5),
+                &[]
+            ),
+            "     0.500000000,CPU1,12,,page-faults,10,100.00,,\n"
+        );
+    }
+
+    #[test]
+    fn repeated_runs_give_the_mean_and_perfs_relative_standard_error() {
+        let run = |raw: u64| {
+            vec![Reading {
+                scope: Scope::Process { pid: 1 },
+                event: 0,
+                counter: Some(CounterReading {
+                    raw,
+                    time_enabled: 100,
+                    time_running: 100,
+                }),
+            }]
+        };
+        let (mean, spread) = mean_of_runs(&[run(90), run(100), run(110)]);
+        assert_eq!(mean[0].counter.unwrap().raw, 100);
+        // stddev 10, standard error 10/sqrt(3) = 5.77 % of 100.
+        assert!((spread[0] - 5.7735).abs() < 1e-3, "{spread:?}");
+        assert_eq!(relative_standard_error(&[5.0], 5.0), 0.0);
     }
 
     #[test]
@@ -649,7 +1047,7 @@ mod tests {
                 counter: None,
             },
         ];
-        let lines = stat_lines(&events, &readings, None);
+        let lines = stat_lines(&events, &readings, None, &[]);
         let v: Vec<serde_json::Value> = lines
             .iter()
             .map(|l| serde_json::to_value(l).unwrap())
@@ -665,15 +1063,16 @@ mod tests {
         assert!(v[2]["value"].is_null());
         assert!(v[2]["unavailable"].as_str().unwrap().contains("no PMU"));
 
-        let info = RunInfo {
-            what: "'x'".into(),
-            elapsed_ns: 4_000_000,
-        };
-        let text = render(&Format::Text, &events, &readings, &info, None);
+        let info = RunInfo::once("'x'", 4_000_000);
+        let text = render(&Format::Text, &events, &readings, &info, None, &[]);
         assert!(text.contains("2.00 msec task-clock"), "{text}");
         assert!(text.contains("0.500 CPUs utilized"), "{text}");
         // 600 faults over 2 ms of task clock = 300 K/sec, shown with the 50 % running share.
-        assert!(text.contains("300.000 K/sec  (50.00%)"), "{text}");
+        let faults = text.lines().find(|l| l.contains("page-faults")).unwrap();
+        assert!(
+            faults.contains("300.000 K/sec") && faults.ends_with("(50.00%)"),
+            "{text}"
+        );
         assert!(text.contains("<not supported>      cycles"), "{text}");
         let csv = render(
             &Format::Separated(",".into()),
@@ -681,6 +1080,7 @@ mod tests {
             &readings,
             &info,
             None,
+            &[],
         );
         assert_eq!(
             csv.lines().collect::<Vec<_>>(),

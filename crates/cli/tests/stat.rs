@@ -25,19 +25,48 @@ fn stderr(o: &Output) -> String {
 }
 
 fn json_lines(o: &Output) -> Vec<Value> {
-    stdout(o)
-        .lines()
+    parse_json_lines(&stdout(o))
+}
+
+fn parse_json_lines(text: &str) -> Vec<Value> {
+    text.lines()
         .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON: {l}: {e}")))
         .collect()
 }
 
-/// `hwqos stat --json -e EVENTS -- testload ARGS`; returns event → value.
+/// A file name for one `-o` output of this test process.
+fn counts_file() -> std::path::PathBuf {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    std::env::temp_dir().join(format!(
+        "hwqos-stat-test-{}-{}.out",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    ))
+}
+
+/// `hwqos stat -o FILE ARGS…`: the process output and the counts it wrote.
+fn stat_to_file(args: &[&str]) -> (Output, String) {
+    let file = counts_file();
+    let o = Command::new(HWQOS)
+        .arg("stat")
+        .arg("-o")
+        .arg(&file)
+        .args(args)
+        .output()
+        .expect("run hwqos");
+    let counts = std::fs::read_to_string(&file).unwrap_or_default();
+    let _ = std::fs::remove_file(&file);
+    (o, counts)
+}
+
+/// `hwqos stat --json-full -e EVENTS -- testload ARGS`; returns event → value.
 fn hwqos_counts(events: &str, load: &[&str]) -> std::collections::BTreeMap<String, f64> {
-    let mut args = vec!["stat", "--json", "-e", events, "--", TESTLOAD];
+    let mut args = vec!["--json-full", "-e", events, "--", TESTLOAD];
     args.extend_from_slice(load);
-    let o = hwqos(&args);
+    let (o, counts) = stat_to_file(&args);
     assert!(o.status.success(), "hwqos stat failed: {}", stderr(&o));
-    json_lines(&o)
+    parse_json_lines(&counts)
         .into_iter()
         .map(|v| {
             let value = v["value"]
@@ -82,9 +111,8 @@ fn within(a: f64, b: f64, tol: f64) -> bool {
 
 #[test]
 fn json_lines_have_the_documented_shape() {
-    let o = hwqos(&[
-        "stat",
-        "--json",
+    let (o, counts) = stat_to_file(&[
+        "--json-full",
         "-e",
         "task-clock,sw.page_faults,context-switches",
         "--",
@@ -93,8 +121,8 @@ fn json_lines_have_the_documented_shape() {
         "2000",
     ]);
     assert!(o.status.success(), "{}", stderr(&o));
-    let lines = json_lines(&o);
-    assert_eq!(lines.len(), 3, "{}", stdout(&o));
+    let lines = parse_json_lines(&counts);
+    assert_eq!(lines.len(), 3, "{counts}");
     let events: Vec<&str> = lines.iter().map(|v| v["event"].as_str().unwrap()).collect();
     assert_eq!(events, ["task-clock", "sw.page_faults", "context-switches"]);
     for v in &lines {
@@ -160,7 +188,7 @@ fn exit_status_of_the_command_is_propagated() {
     ]);
     assert_eq!(o.status.code(), Some(128 + 15), "{}", stderr(&o));
     // The counts are still printed for a failing command.
-    assert!(stdout(&o).contains("task-clock"), "{}", stdout(&o));
+    assert!(stderr(&o).contains("task-clock"), "{}", stderr(&o));
     let o = hwqos(&["stat", "-e", "task-clock", "--", "/nonexistent/command"]);
     assert_eq!(o.status.code(), Some(1));
     assert!(
@@ -196,11 +224,9 @@ fn unavailable_event_is_not_supported_and_the_rest_is_counted() {
         return;
     };
     let list = format!("task-clock,{ev},page-faults");
-    let o = hwqos(&[
-        "stat", "--json", "-e", &list, "--", TESTLOAD, "--pages", "100",
-    ]);
+    let (o, counts) = stat_to_file(&["--json-full", "-e", &list, "--", TESTLOAD, "--pages", "100"]);
     assert!(o.status.success(), "{}", stderr(&o));
-    let lines = json_lines(&o);
+    let lines = parse_json_lines(&counts);
     assert_eq!(lines.len(), 3);
     assert!(lines[1]["value"].is_null(), "{}", lines[1]);
     assert!(lines[1]["unavailable"]
@@ -212,7 +238,7 @@ fn unavailable_event_is_not_supported_and_the_rest_is_counted() {
     // Text output says <not supported> like perf, and the command still ran.
     let o = hwqos(&["stat", "-e", &list, "--", "true"]);
     assert!(o.status.success(), "{}", stderr(&o));
-    assert!(stdout(&o).contains("<not supported>"), "{}", stdout(&o));
+    assert!(stderr(&o).contains("<not supported>"), "{}", stderr(&o));
     // Only unavailable events: fatal, with the reasons.
     let o = hwqos(&["stat", "-e", ev, "--", "true"]);
     assert_eq!(o.status.code(), Some(1), "{}", stdout(&o));
@@ -225,9 +251,9 @@ fn unavailable_event_is_not_supported_and_the_rest_is_counted() {
 
 #[test]
 fn default_events_never_fail_for_missing_hardware() {
-    let o = hwqos(&["stat", "--json", "--", "true"]);
+    let (o, counts) = stat_to_file(&["--json-full", "--", "true"]);
     assert!(o.status.success(), "{}", stderr(&o));
-    let lines = json_lines(&o);
+    let lines = parse_json_lines(&counts);
     let names: Vec<&str> = lines.iter().map(|v| v["event"].as_str().unwrap()).collect();
     assert_eq!(
         names,
@@ -276,17 +302,29 @@ fn nested_counts(
     std::collections::BTreeMap<String, f64>,
     std::collections::BTreeMap<String, f64>,
 ) {
+    let file = counts_file();
     let o = Command::new("perf")
         .args([
-            "stat", "-x,", "-e", events, "--", HWQOS, "stat", "--json", "-e", events,
+            "stat",
+            "-x,",
+            "-e",
+            events,
+            "--",
+            HWQOS,
+            "stat",
+            "--json-full",
+            "-o",
         ])
-        .arg("--")
+        .arg(&file)
+        .args(["-e", events, "--"])
         .arg(TESTLOAD)
         .args(load)
         .output()
         .expect("run perf");
     assert!(o.status.success(), "perf stat failed: {}", stderr(&o));
-    let ours = json_lines(&o)
+    let counts = std::fs::read_to_string(&file).expect("hwqos wrote its counts");
+    let _ = std::fs::remove_file(&file);
+    let ours = parse_json_lines(&counts)
         .into_iter()
         .map(|v| {
             let value = v["value"]
@@ -327,10 +365,9 @@ fn agrees_with_perf_stat_within_2_percent() {
 }
 
 #[test]
-fn interval_mode_prints_deltas_then_totals() {
-    let o = hwqos(&[
-        "stat",
-        "--json",
+fn interval_mode_prints_deltas_and_no_totals_like_perf() {
+    let (o, counts) = stat_to_file(&[
+        "--json-full",
         "-I",
         "100",
         "-e",
@@ -343,26 +380,26 @@ fn interval_mode_prints_deltas_then_totals() {
         "5000",
     ]);
     assert!(o.status.success(), "{}", stderr(&o));
-    let lines = json_lines(&o);
-    let (intervals, totals): (Vec<&Value>, Vec<&Value>) =
-        lines.iter().partition(|v| v.get("interval").is_some());
-    assert_eq!(totals.len(), 2, "{}", stdout(&o));
+    let lines = parse_json_lines(&counts);
     assert!(
-        intervals.len() >= 4,
-        "expected at least two intervals of two events: {}",
-        stdout(&o)
+        lines.iter().all(|v| v.get("interval").is_some()),
+        "with -I every line is an interval, as in perf: {counts}"
     );
-    let total_faults = totals[0]["value"].as_f64().unwrap();
-    let interval_faults: f64 = intervals
+    assert!(
+        lines.len() >= 20,
+        "about ten intervals of two events in one second: {counts}"
+    );
+    // The intervals add up to the whole run: its 5000 fresh pages included.
+    let interval_faults: f64 = lines
         .iter()
         .filter(|v| v["event"] == "page-faults")
         .map(|v| v["value"].as_f64().unwrap())
         .sum();
     assert!(
-        interval_faults <= total_faults,
-        "{interval_faults} > {total_faults}"
+        (5000.0..6000.0).contains(&interval_faults),
+        "{interval_faults} faults over the intervals"
     );
-    let times: Vec<f64> = intervals
+    let times: Vec<f64> = lines
         .iter()
         .map(|v| v["interval"].as_f64().unwrap())
         .collect();
@@ -376,9 +413,8 @@ fn attach_to_a_running_process_counts_its_new_threads() {
         .spawn()
         .expect("start testload");
     let pid = child.id().to_string();
-    let o = hwqos(&[
-        "stat",
-        "--json",
+    let (o, counts) = stat_to_file(&[
+        "--json-full",
         "-e",
         "context-switches,task-clock",
         "-p",
@@ -386,7 +422,7 @@ fn attach_to_a_running_process_counts_its_new_threads() {
     ]);
     let _ = child.wait();
     assert!(o.status.success(), "{}", stderr(&o));
-    let lines = json_lines(&o);
+    let lines = parse_json_lines(&counts);
     assert_eq!(lines[0]["scope"], format!("pid:{pid}"));
     // The echo thread is created after attaching: inherit counts it too.
     let cs = lines[0]["value"].as_f64().unwrap();
@@ -408,11 +444,157 @@ fn separated_output_matches_perfs_field_order() {
         "true",
     ]);
     assert!(o.status.success(), "{}", stderr(&o));
-    let out = stdout(&o);
+    let out = stderr(&o);
     let lines: Vec<Vec<&str>> = out.lines().map(|l| l.split(';').collect()).collect();
     assert_eq!(lines.len(), 2, "{out}");
     assert_eq!((lines[0][1], lines[0][2]), ("", "page-faults"));
     assert_eq!((lines[1][1], lines[1][2]), ("msec", "task-clock"));
     assert_eq!(lines[1][6], "CPUs utilized");
     assert!(lines[0][0].parse::<u64>().is_ok());
+}
+
+#[test]
+fn standard_output_belongs_to_the_command() {
+    let o = hwqos(&["stat", "-e", "task-clock", "--", "sh", "-c", "echo X"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(
+        stdout(&o),
+        "X\n",
+        "counts go to standard error, like perf's"
+    );
+    assert!(stderr(&o).contains("task-clock"), "{}", stderr(&o));
+    // The command without `--`, its own options included.
+    let o = hwqos(&["stat", "-e", "task-clock", "sh", "-c", "echo -n Y"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(stdout(&o), "Y");
+}
+
+#[test]
+fn separated_lines_parse_with_the_code_that_parses_perfs() {
+    let o = hwqos(&[
+        "stat",
+        "-x,",
+        "-e",
+        "task-clock,page-faults,context-switches",
+        "--",
+        TESTLOAD,
+        "--pages",
+        "3000",
+        "--round-trips",
+        "1000",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let c = parse_perf_csv(&stderr(&o));
+    assert!(c["task-clock"] > 0.0, "{c:?}");
+    assert!(c["page-faults"] >= 3000.0, "{c:?}");
+    assert!(within(c["context-switches"], 2000.0, 0.01), "{c:?}");
+}
+
+#[test]
+fn a_pid_is_counted_for_as_long_as_the_command_runs() {
+    let mut child = Command::new(TESTLOAD)
+        .args([
+            "--delay-ms",
+            "300",
+            "--round-trips",
+            "2000",
+            "--sleep-ms",
+            "3000",
+        ])
+        .spawn()
+        .expect("start testload");
+    let pid = child.id().to_string();
+    let (o, counts) = stat_to_file(&[
+        "--json-full",
+        "-e",
+        "context-switches",
+        "-p",
+        &pid,
+        "--",
+        "sleep",
+        "1",
+    ]);
+    let still_running = child.try_wait().unwrap().is_none();
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(still_running, "the counted process outlives the sleep");
+    let lines = parse_json_lines(&counts);
+    assert_eq!(lines[0]["scope"], format!("pid:{pid}"));
+    let cs = lines[0]["value"].as_f64().unwrap();
+    assert!(within(cs, 4000.0, 0.02), "{cs} context switches");
+}
+
+#[test]
+fn groups_modifiers_threads_and_repeats_like_perf() {
+    // {a,b} is one kernel group: both members count (their sum is a known answer).
+    let c = hwqos_counts(
+        "{task-clock,page-faults,context-switches},context-switches:u,context-switches:k",
+        &["--pages", "2000", "--round-trips", "500"],
+    );
+    assert!(c["page-faults"] >= 2000.0, "{c:?}");
+    assert!(within(c["context-switches"], 1000.0, 0.01), "{c:?}");
+    // A switch happens in the kernel: none in user mode.
+    assert_eq!(c["context-switches:u"], 0.0, "{c:?}");
+    assert!(within(c["context-switches:k"], 1000.0, 0.01), "{c:?}");
+
+    // -r: the mean of N runs and perf's relative standard error.
+    let (o, counts) = stat_to_file(&[
+        "--json-full",
+        "-r",
+        "3",
+        "-e",
+        "context-switches",
+        "--",
+        TESTLOAD,
+        "--round-trips",
+        "700",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let lines = parse_json_lines(&counts);
+    assert_eq!(lines.len(), 1, "{counts}");
+    assert!(
+        within(lines[0]["value"].as_f64().unwrap(), 1400.0, 0.01),
+        "{counts}"
+    );
+    assert!(lines[0]["rel_stddev_pct"].as_f64().is_some(), "{counts}");
+    let o = hwqos(&["stat", "-r", "2", "-e", "page-faults", "--", "true"]);
+    assert!(stderr(&o).contains("(2 runs)"), "{}", stderr(&o));
+    assert!(stderr(&o).contains("( +-"), "{}", stderr(&o));
+
+    // -t: one thread, not its siblings. The calling thread of this test sleeps.
+    let tid = unsafe { libc::gettid() }.to_string();
+    let (o, counts) = stat_to_file(&[
+        "--json-full",
+        "-e",
+        "task-clock",
+        "-t",
+        &tid,
+        "--",
+        "sleep",
+        "0.2",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let lines = parse_json_lines(&counts);
+    let me = std::process::id();
+    assert_eq!(lines[0]["scope"], format!("tid:{me}/{tid}"), "{counts}");
+}
+
+#[test]
+fn bad_groups_and_modifiers_exit_2_and_say_why() {
+    for (events, needle) in [
+        ("{task-clock,page-faults", "without its `}`"),
+        ("page-faults:x", "modifier `x`"),
+        ("{}", "empty event group"),
+    ] {
+        let o = hwqos(&["stat", "-e", events, "--", "true"]);
+        assert_eq!(o.status.code(), Some(2), "{events}: {}", stderr(&o));
+        assert!(stderr(&o).contains(needle), "{events}: {}", stderr(&o));
+    }
+    let o = hwqos(&["stat", "-A", "--", "true"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("-A"), "{}", stderr(&o));
+    let o = hwqos(&["stat", "-C", "4095", "--", "true"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("not online"), "{}", stderr(&o));
 }
