@@ -598,3 +598,39 @@ fn bad_groups_and_modifiers_exit_2_and_say_why() {
     assert_eq!(o.status.code(), Some(2));
     assert!(stderr(&o).contains("not online"), "{}", stderr(&o));
 }
+
+#[test]
+fn an_unprivileged_user_gets_one_plain_warning_and_the_counts() {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("needs root to run hwqos as `nobody`; nothing checked");
+        return;
+    }
+    let paranoid = std::fs::read_to_string("/proc/sys/kernel/perf_event_paranoid")
+        .ok()
+        .and_then(|s| s.trim().parse::<i32>().ok());
+    if paranoid.is_none_or(|p| p < 2) {
+        eprintln!("perf_event_paranoid < 2: kernel mode is allowed to everyone; nothing checked");
+        return;
+    }
+    let o = Command::new("su")
+        .args(["nobody", "-s", "/bin/sh", "-c"])
+        .arg(format!(
+            "{HWQOS} stat -e task-clock,page-faults,context-switches,cpu-migrations -- true"
+        ))
+        .output()
+        .expect("run su");
+    assert!(o.status.success(), "{}", stderr(&o));
+    let err = stderr(&o);
+    assert_eq!(
+        err.matches("WARN").count(),
+        1,
+        "one cause, one warning: {err}"
+    );
+    assert!(err.contains("counting user mode only"), "{err}");
+    assert!(
+        !err.contains('\u{1b}'),
+        "no ANSI colours when stderr is not a terminal: {err}"
+    );
+    assert!(err.contains("page-faults"), "{err}");
+}

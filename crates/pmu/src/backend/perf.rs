@@ -44,6 +44,9 @@ pub struct PerfBackend {
     groups: HashMap<u64, OpenGroup>,
     next_id: u64,
     capacity: Option<usize>,
+    /// Whether falling back to user mode was already reported: it is one
+    /// cause, so it is one warning, however many groups it affects.
+    warned_user_only: bool,
 }
 
 impl Default for PerfBackend {
@@ -66,6 +69,7 @@ impl PerfBackend {
             groups: HashMap::new(),
             next_id: 1,
             capacity,
+            warned_user_only: false,
         }
     }
 
@@ -188,7 +192,14 @@ impl CounterBackend for PerfBackend {
         };
         let counters = match Self::open_counters(target, events, cgroup_dir.as_ref(), false) {
             Err(PmuError::Permission { name, reason }) => {
-                tracing::warn!(event = %name, %reason, "counting user mode only");
+                if self.warned_user_only {
+                    tracing::debug!(event = %name, %reason, "counting user mode only");
+                } else {
+                    self.warned_user_only = true;
+                    tracing::warn!(
+                        "counting user mode only ({reason}); every further counter likewise"
+                    );
+                }
                 Self::open_counters(target, events, cgroup_dir.as_ref(), true)?
             }
             other => other?,
