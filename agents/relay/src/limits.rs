@@ -199,12 +199,13 @@ impl Aggregated {
         }
     }
 
-    /// At the end of an interval: the occurrences counted but not logged in
-    /// it (the caller logs them as one line), and a new interval starts.
-    pub fn take_suppressed(&self) -> Option<(u64, Duration)> {
+    /// At the end of an interval (or at once with `now`, e.g. when
+    /// stopping): the occurrences counted but not logged in it (the caller
+    /// logs them as one line), and a new interval starts.
+    pub fn take_suppressed(&self, now: bool) -> Option<(u64, Duration)> {
         let mut s = lock(&self.state);
         let elapsed = s.0.elapsed();
-        if elapsed < self.interval {
+        if elapsed < self.interval && !now {
             return None;
         }
         let n = s.2;
@@ -268,10 +269,14 @@ mod tests {
         assert!(!a.allow());
         assert!(!a.allow());
         // The interval is not over yet.
-        assert_eq!(a.take_suppressed(), None);
+        assert_eq!(a.take_suppressed(false), None);
         lock(&a.state).0 -= Duration::from_secs(20);
-        assert_eq!(a.take_suppressed().map(|x| x.0), Some(2));
-        assert_eq!(a.take_suppressed(), None);
+        assert_eq!(a.take_suppressed(false).map(|x| x.0), Some(2));
+        assert_eq!(a.take_suppressed(false), None);
+        assert!(a.allow());
+        assert!(a.allow());
+        assert!(!a.allow());
+        assert_eq!(a.take_suppressed(true).map(|x| x.0), Some(1));
         assert!(a.allow());
     }
 }

@@ -284,26 +284,27 @@ async fn accept_loop(listener: TcpListener, shared: Arc<Shared>, mut stop: watch
                 }
             },
             Some(_) = conns.join_next(), if !conns.is_empty() => {}
-            _ = summary.tick() => log_summaries(&shared),
+            _ = summary.tick() => log_summaries(&shared, false),
         }
     }
     drop(listener);
-    log_summaries(&shared);
+    log_summaries(&shared, true);
     // Drain: the caller bounds this with the drain timeout; dropping the set
     // (on timeout) aborts what is left.
     while conns.join_next().await.is_some() {}
 }
 
-/// The aggregated warnings of the interval that just ended.
-fn log_summaries(shared: &Shared) {
-    if let Some((n, d)) = shared.refused_log.take_suppressed() {
+/// The aggregated warnings of the interval that just ended (`now`: of the
+/// interval so far, when stopping).
+fn log_summaries(shared: &Shared, now: bool) {
+    if let Some((n, d)) = shared.refused_log.take_suppressed(now) {
         tracing::warn!(
             "refused {n} more connections in the last {:.0} s: max_connections ({}) reached",
             d.as_secs_f64(),
             shared.config().max_connections
         );
     }
-    if let Some((n, d)) = shared.failed_log.take_suppressed() {
+    if let Some((n, d)) = shared.failed_log.take_suppressed(now) {
         tracing::warn!(
             "{n} more connections ended with an error in the last {:.0} s (not logged one by one; hwqos_relay_connections_failed counts them all)",
             d.as_secs_f64()
