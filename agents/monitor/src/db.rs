@@ -11,10 +11,12 @@
 //! The ring is bounded twice: by a number of frames (default 30,000, as in the
 //! thesis) and by the bytes it holds — the encoded frames, the dictionary and the
 //! newest frame — so a target that suddenly matches thousands of processes cannot
-//! grow the monitor without limit. The dictionary only grows while it lives; when
-//! it passes [`DICTIONARY_KEY_LIMIT`] entries (or half the byte bound), it is
-//! rebuilt from the frames still held and those are re-encoded, which drops the
-//! keys of processes and threads that are gone.
+//! grow the monitor without limit. A dictionary only grows while it lives, so
+//! with process churn new frames are encoded against a fresh dictionary once
+//! the current one has doubled (and passed [`DICTIONARY_KEY_LIMIT`] entries),
+//! and the old one goes with its last frame: at most two dictionaries, no
+//! re-encoding under the lock (see [`FrameDb`]). Only when the dictionaries
+//! pass half the byte bound are the frames held re-encoded against one.
 //!
 //! [`FrameDb::snapshot`] shares the encoded frames and the dictionary (no copy, no
 //! decoding under the lock); [`flush`] decodes a snapshot frame by frame while it
@@ -91,21 +93,55 @@ pub fn frame_bytes(frame: &Frame) -> usize {
     std::mem::size_of::<Frame>() + samples + labels
 }
 
-/// Dictionary entries (scopes, metrics, series, labels, label-set pairs) beyond
-/// which the dictionary is rebuilt from the frames still held. About 100 MiB at
-/// ~100 bytes an entry; the entries are counted in [`FrameDb::bytes`] as well.
-pub const DICTIONARY_KEY_LIMIT: usize = 1 << 20;
+/// Dictionary entries (scopes, metrics, series, labels, label-set pairs) a
+/// dictionary may hold before a new one is started (see [`FrameDb`]): the
+/// floor of the "doubled since it started" rule, so that a node without churn
+/// never switches.
+pub const DICTIONARY_KEY_LIMIT: usize = 4096;
 
 /// Bytes an encoded frame costs in the ring: its buffer and the `Arc` counts.
 fn stored_bytes(encoded: &[u8]) -> usize {
     encoded.len() + 2 * std::mem::size_of::<usize>()
 }
 
+/// One dictionary and the run of consecutive frames encoded against it.
+#[derive(Clone, Debug)]
+struct Generation {
+    dict: Arc<Dictionary>,
+    /// Frames in the ring encoded against `dict` (a contiguous run).
+    frames: usize,
+    /// Keys right after its first frame: about the live set when it started.
+    base_keys: Option<usize>,
+}
+
+impl Generation {
+    fn new() -> Generation {
+        Generation {
+            dict: Arc::new(Dictionary::new()),
+            frames: 0,
+            base_keys: None,
+        }
+    }
+}
+
 /// The bounded ring of recent frames.
+///
+/// **Dictionary generations.** A dictionary only grows, so with process churn
+/// (new pids, threads, cgroups) it collects the keys of processes long gone.
+/// When the newest dictionary holds more than twice the keys it had after its
+/// first frame (and more than the key limit), and the previous dictionary's
+/// frames have all been evicted, a new, empty dictionary starts: new frames
+/// are encoded against it, and the old one is dropped with its last frame. No
+/// frame is re-encoded, so this costs nothing under the lock, and at most two
+/// dictionaries live at once, each holding the keys of frames still in (or,
+/// for the newest, recently in) the ring. Under byte pressure (dictionaries
+/// over half the byte bound) everything is re-encoded against one fresh
+/// dictionary, as a last resort.
 #[derive(Debug)]
 pub struct FrameDb {
     frames: VecDeque<Arc<[u8]>>,
-    dict: Arc<Dictionary>,
+    /// Oldest first; the last one is the one new frames are encoded against.
+    gens: VecDeque<Generation>,
     latest: Option<Arc<Frame>>,
     latest_bytes: usize,
     /// Sum of [`stored_bytes`] over `frames`.
@@ -114,8 +150,8 @@ pub struct FrameDb {
     max_bytes: usize,
     evicted: u64,
     key_limit: usize,
-    /// Dictionary entries right after the last rebuild: the next one waits until
-    /// the dictionary has doubled, so rebuilding stays amortized O(1) per frame.
+    /// Dictionary entries right after the last re-encoding: the next one waits
+    /// until the dictionaries have doubled, so it stays amortized O(1) per frame.
     keys_after_rebuild: usize,
     rebuilds: u64,
     scratch: Vec<u8>,
@@ -127,7 +163,7 @@ impl FrameDb {
     pub fn new(capacity: usize, max_bytes: usize) -> FrameDb {
         FrameDb {
             frames: VecDeque::with_capacity(capacity.min(4096)),
-            dict: Arc::new(Dictionary::new()),
+            gens: VecDeque::from([Generation::new()]),
             latest: None,
             latest_bytes: 0,
             frames_bytes: 0,
@@ -153,12 +189,12 @@ impl FrameDb {
         self.capacity
     }
 
-    /// Bytes held: the encoded frames and the ring's slots, the dictionary and
-    /// the newest frame decoded.
+    /// Bytes held: the encoded frames and the ring's slots, the dictionaries
+    /// and the newest frame decoded.
     pub fn bytes(&self) -> usize {
         self.frames_bytes
             + self.frames.capacity() * std::mem::size_of::<Arc<[u8]>>()
-            + self.dict.bytes()
+            + self.dictionary_bytes()
             + self.latest_bytes
     }
 
@@ -167,9 +203,19 @@ impl FrameDb {
         self.frames_bytes
     }
 
-    /// Estimated bytes of the dictionary.
+    /// Estimated bytes of the dictionaries.
     pub fn dictionary_bytes(&self) -> usize {
-        self.dict.bytes()
+        self.gens.iter().map(|g| g.dict.bytes()).sum()
+    }
+
+    /// Entries of the dictionaries.
+    pub fn dictionary_keys(&self) -> usize {
+        self.gens.iter().map(|g| g.dict.keys()).sum()
+    }
+
+    /// Dictionaries alive (1 or 2).
+    pub fn dictionaries(&self) -> usize {
+        self.gens.len()
     }
 
     /// Frames evicted to respect the bounds, since creation.
@@ -177,13 +223,14 @@ impl FrameDb {
         self.evicted
     }
 
-    /// Times the dictionary was rebuilt, since creation.
+    /// Times a fresh dictionary was started (a new generation or a
+    /// re-encoding), since creation.
     pub fn dictionary_rebuilds(&self) -> u64 {
         self.rebuilds
     }
 
-    /// Changes the dictionary size that triggers a rebuild (default
-    /// [`DICTIONARY_KEY_LIMIT`]).
+    /// Changes the dictionary size below which no new dictionary is started
+    /// (default [`DICTIONARY_KEY_LIMIT`]).
     pub fn set_dictionary_limit(&mut self, keys: usize) {
         self.key_limit = keys;
         self.maybe_rebuild();
@@ -204,6 +251,17 @@ impl FrameDb {
         if let Some(f) = self.frames.pop_front() {
             self.frames_bytes -= stored_bytes(&f);
             self.evicted += 1;
+            if let Some(g) = self.gens.front_mut() {
+                g.frames = g.frames.saturating_sub(1);
+            }
+            self.drop_empty_generations();
+        }
+    }
+
+    /// Drops old dictionaries no frame refers to any more.
+    fn drop_empty_generations(&mut self) {
+        while self.gens.len() > 1 && self.gens.front().is_some_and(|g| g.frames == 0) {
+            self.gens.pop_front();
         }
     }
 
@@ -215,55 +273,84 @@ impl FrameDb {
         }
     }
 
-    /// Rebuilds the dictionary when it has grown past the key limit (or past half
-    /// the byte bound) and doubled since the last rebuild.
+    /// Starts a new dictionary when the newest one has doubled since its first
+    /// frame (and passed the key limit) and no older one is left; re-encodes
+    /// everything when the dictionaries pass half the byte bound.
     fn maybe_rebuild(&mut self) {
-        let keys = self.dict.keys();
-        let floor = if self.dict.bytes() > self.max_bytes / 2 {
-            0
-        } else {
-            self.key_limit
-        };
-        if keys > floor.max(2 * self.keys_after_rebuild) {
-            self.rebuild();
+        if self.dictionary_bytes() > self.max_bytes / 2 {
+            if self.dictionary_keys() > 2 * self.keys_after_rebuild {
+                self.rebuild();
+            }
+            return;
+        }
+        let current = self.gens.back().expect("one generation at least");
+        let keys = current.dict.keys();
+        let base = current.base_keys.unwrap_or(keys);
+        if self.gens.len() == 1 && current.frames > 0 && keys > self.key_limit.max(2 * base) {
+            self.gens.push_back(Generation::new());
+            self.rebuilds += 1;
         }
     }
 
-    /// Re-encodes the frames held against a fresh dictionary holding only their keys.
+    /// The dictionary frame `index` (of the ring) was encoded against.
+    fn dict_of(&self, index: usize) -> &Arc<Dictionary> {
+        let mut end = 0;
+        for g in &self.gens {
+            end += g.frames;
+            if index < end {
+                return &g.dict;
+            }
+        }
+        &self.gens.back().expect("one generation at least").dict
+    }
+
+    /// Re-encodes the frames held against one fresh dictionary holding only their keys.
     fn rebuild(&mut self) {
-        let old = std::mem::replace(&mut self.dict, Arc::new(Dictionary::new()));
+        let old_gens = std::mem::replace(&mut self.gens, VecDeque::from([Generation::new()]));
         let frames = std::mem::take(&mut self.frames);
         self.frames_bytes = 0;
-        let dict = Arc::make_mut(&mut self.dict);
-        for encoded in frames {
-            self.scratch.clear();
-            let reencoded = match frame_codec::decode(&encoded, &old) {
-                Ok(frame) => {
-                    frame_codec::encode(&frame, dict, &mut self.scratch).map_err(|e| e.to_string())
-                }
-                Err(e) => Err(e.to_string()),
-            };
-            match reencoded {
-                Ok(()) => {
-                    let stored: Arc<[u8]> = Arc::from(self.scratch.as_slice());
-                    self.frames_bytes += stored_bytes(&stored);
-                    self.frames.push_back(stored);
-                }
-                Err(e) => {
-                    error!("frame database: dropping a stored frame while rebuilding the dictionary: {e}");
-                    self.evicted += 1;
+        let mut kept = 0;
+        let mut encoded_frames = frames.into_iter();
+        for old in &old_gens {
+            for encoded in encoded_frames.by_ref().take(old.frames) {
+                self.scratch.clear();
+                let dict = Arc::make_mut(&mut self.gens[0].dict);
+                let reencoded = match frame_codec::decode(&encoded, &old.dict) {
+                    Ok(frame) => frame_codec::encode(&frame, dict, &mut self.scratch)
+                        .map_err(|e| e.to_string()),
+                    Err(e) => Err(e.to_string()),
+                };
+                match reencoded {
+                    Ok(()) => {
+                        let stored: Arc<[u8]> = Arc::from(self.scratch.as_slice());
+                        self.frames_bytes += stored_bytes(&stored);
+                        self.frames.push_back(stored);
+                        kept += 1;
+                    }
+                    Err(e) => {
+                        error!("frame database: dropping a stored frame while rebuilding the dictionary: {e}");
+                        self.evicted += 1;
+                    }
                 }
             }
         }
-        self.keys_after_rebuild = self.dict.keys();
+        let g = &mut self.gens[0];
+        g.frames = kept;
+        g.base_keys = Some(g.dict.keys());
+        self.keys_after_rebuild = g.dict.keys();
         self.rebuilds += 1;
     }
 
     /// Appends a frame, evicting the oldest ones beyond the bounds.
     pub fn push(&mut self, frame: Arc<Frame>) {
         self.scratch.clear();
-        match frame_codec::encode(&frame, Arc::make_mut(&mut self.dict), &mut self.scratch) {
+        let current = self.gens.back_mut().expect("one generation at least");
+        match frame_codec::encode(&frame, Arc::make_mut(&mut current.dict), &mut self.scratch) {
             Ok(()) => {
+                current.frames += 1;
+                if current.base_keys.is_none() {
+                    current.base_keys = Some(current.dict.keys());
+                }
                 let stored: Arc<[u8]> = Arc::from(self.scratch.as_slice());
                 self.frames_bytes += stored_bytes(&stored);
                 self.frames.push_back(stored);
@@ -290,7 +377,11 @@ impl FrameDb {
     pub fn snapshot(&self) -> Snapshot {
         Snapshot {
             frames: self.frames.iter().cloned().collect(),
-            dict: self.dict.clone(),
+            gens: self
+                .gens
+                .iter()
+                .map(|g| (g.dict.clone(), g.frames))
+                .collect(),
         }
     }
 
@@ -330,7 +421,7 @@ impl FrameDb {
                     continue;
                 }
             }
-            match frame_codec::decode(encoded, &self.dict) {
+            match frame_codec::decode(encoded, self.dict_of(first + i)) {
                 Ok(f) => out.push(Arc::new(f)),
                 Err(e) => error!("frame database: skipping a frame that does not decode: {e}"),
             }
@@ -377,7 +468,7 @@ impl FrameDb {
             }
             let frame = match &self.latest {
                 Some(latest) if start + i + 1 == self.frames.len() => latest.clone(),
-                _ => match frame_codec::decode(encoded, &self.dict) {
+                _ => match frame_codec::decode(encoded, self.dict_of(start + i)) {
                     Ok(f) => Arc::new(f),
                     Err(e) => {
                         error!("frame database: skipping a frame that does not decode: {e}");
@@ -401,12 +492,13 @@ pub struct WindowRange {
     pub frames: usize,
 }
 
-/// The frames of a [`FrameDb`] at one moment, encoded, with the dictionary they
-/// were encoded against.
+/// The frames of a [`FrameDb`] at one moment, encoded, with the dictionaries
+/// they were encoded against.
 #[derive(Clone, Debug)]
 pub struct Snapshot {
     frames: Vec<Arc<[u8]>>,
-    dict: Arc<Dictionary>,
+    /// Each dictionary and how many consecutive frames (oldest first) use it.
+    gens: Vec<(Arc<Dictionary>, usize)>,
 }
 
 impl Snapshot {
@@ -418,11 +510,18 @@ impl Snapshot {
         self.frames.is_empty()
     }
 
+    /// Each frame with its dictionary, oldest first.
+    fn encoded(&self) -> impl Iterator<Item = (&Arc<[u8]>, &Dictionary)> + '_ {
+        let dicts = self
+            .gens
+            .iter()
+            .flat_map(|(d, n)| std::iter::repeat_n(&**d, *n));
+        self.frames.iter().zip(dicts)
+    }
+
     /// The frames, oldest first, decoded one at a time.
     pub fn frames(&self) -> impl Iterator<Item = Result<Frame, DecodeError>> + '_ {
-        self.frames
-            .iter()
-            .map(|f| frame_codec::decode(f, &self.dict))
+        self.encoded().map(|(f, d)| frame_codec::decode(f, d))
     }
 
     /// The sequence number of the newest frame.
@@ -433,20 +532,26 @@ impl Snapshot {
 
     /// The distinct metrics of all frames (read without decoding the samples).
     pub fn metrics(&self) -> Result<BTreeSet<MetricName>, DecodeError> {
-        let mut series = vec![false; self.dict.series_count()];
-        for f in &self.frames {
-            frame_codec::for_each_series(f, &self.dict, |id| {
-                if let Some(seen) = series.get_mut(id as usize) {
-                    *seen = true;
-                }
-            })?;
+        let mut out = BTreeSet::new();
+        let mut frames = self.frames.iter();
+        for (dict, n) in &self.gens {
+            let mut series = vec![false; dict.series_count()];
+            for f in frames.by_ref().take(*n) {
+                frame_codec::for_each_series(f, dict, |id| {
+                    if let Some(seen) = series.get_mut(id as usize) {
+                        *seen = true;
+                    }
+                })?;
+            }
+            out.extend(
+                series
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, seen)| **seen)
+                    .filter_map(|(id, _)| dict.series_metric(id as u32).cloned()),
+            );
         }
-        Ok(series
-            .iter()
-            .enumerate()
-            .filter(|(_, seen)| **seen)
-            .filter_map(|(id, _)| self.dict.series_metric(id as u32).cloned())
-            .collect())
+        Ok(out)
     }
 
     /// Which kinds of counters the frames hold, for the recording header.
@@ -764,7 +869,11 @@ mod tests {
             db.push(process_frame(i, first..first + 10));
             // 4 frames × 10 processes hold ~4 × (10 scopes + 20 series + 10 labels
             // + 1 set + 10 pairs) + 2 metrics keys.
-            assert!(db.dict.keys() <= 2 * 500, "{} keys", db.dict.keys());
+            assert!(
+                db.dictionary_keys() <= 2 * 500,
+                "{} keys",
+                db.dictionary_keys()
+            );
         }
         assert!(
             db.dictionary_rebuilds() >= 2,
@@ -785,6 +894,57 @@ mod tests {
         }
         assert_eq!(seqs(&snapshot), vec![56, 57, 58, 59]);
         assert_eq!(seqs(&db.snapshot()), vec![116, 117, 118, 119]);
+    }
+
+    #[test]
+    fn process_churn_does_not_grow_the_dictionaries_without_bound() {
+        // The default limits and a database far below its byte bound: twenty
+        // processes a frame, one of them new every frame (pids, labels and
+        // label sets churn). Before dictionary generations the dictionary kept
+        // every key until 2^20 of them (about 100 MiB): here ~25 more a frame.
+        let mut db = FrameDb::new(200, 256 << 20);
+        let mut most = 0;
+        for i in 0..20_000u64 {
+            let first = i as u32;
+            db.push(process_frame(i, first..first + 20));
+            assert!(db.dictionaries() <= 2);
+            most = most.max(db.dictionary_keys());
+        }
+        // Each live dictionary is below twice the limit or twice its start
+        // (the keys of 200 frames of 20 processes are far fewer).
+        assert!(
+            most <= 4 * DICTIONARY_KEY_LIMIT,
+            "{most} dictionary keys after churn"
+        );
+        assert!(
+            db.dictionary_rebuilds() > 10,
+            "{}",
+            db.dictionary_rebuilds()
+        );
+        // Nothing was lost: the frames held decode to what was pushed.
+        let kept: Vec<Frame> = db.snapshot().frames().map(Result::unwrap).collect();
+        assert_eq!(kept.len(), 200);
+        for (k, i) in kept.iter().zip(19_800u64..) {
+            let first = i as u32;
+            assert_eq!(
+                format!("{k:?}"),
+                format!("{:?}", process_frame(i, first..first + 20))
+            );
+        }
+        let seqs: Vec<u64> = db.window(None, None).iter().map(|f| f.seq).collect();
+        assert_eq!(seqs, (19_800..20_000).collect::<Vec<_>>());
+        let (batch, _) = db.window_batch(19_850, 19_999, 1000, usize::MAX);
+        assert_eq!(batch.len(), 150);
+        // Debug text: `==` is false for the NaN values.
+        assert_eq!(
+            format!("{:?}", batch[0]),
+            format!("{:?}", process_frame(19_850, 19_850..19_870))
+        );
+        assert_eq!(
+            db.snapshot().metrics().unwrap().len(),
+            2,
+            "os.proc.cpu and sw.page_faults"
+        );
     }
 
     #[test]
