@@ -17,8 +17,18 @@ pub const REPORT_SCHEMA: &str = "hwqos.report/1";
 
 /// Reads a recording; any problem with the file is a usage error (exit 2) whose
 /// message names the file, the line and what was wrong.
+/// A recording cut in the middle of a frame (its writer was killed) is read up
+/// to its last whole frame, with a warning.
 pub fn load(path: &Path) -> Result<Recording> {
-    read_recording(path).map_err(|e| usage(format!("cannot read recording: {e}")))
+    let rec = read_recording(path).map_err(|e| usage(format!("cannot read recording: {e}")))?;
+    if let Some(line) = rec.truncated_at {
+        tracing::warn!(
+            "{}:{line}: incomplete last frame left out (was the recorder killed?); read {} whole frames",
+            path.display(),
+            rec.frames.len()
+        );
+    }
+    Ok(rec)
 }
 
 /// The values of one metric about one scope, in time order.
@@ -110,7 +120,15 @@ pub fn summarize(frames: &[Frame]) -> Vec<ReportRow> {
                 min: s.min,
                 max: s.max,
                 stddev: s.stddev,
-                ci95_low: s.ci95.map(|c| c.low()),
+                // A quantity never seen below 0 (counts, rates, ratios) has
+                // no negative interval bound.
+                ci95_low: s.ci95.map(|c| {
+                    if s.min >= 0.0 {
+                        c.low().max(0.0)
+                    } else {
+                        c.low()
+                    }
+                }),
                 ci95_high: s.ci95.map(|c| c.high()),
                 multiplexed_share: col.multiplexed as f64 / col.values.len().max(1) as f64,
             });
@@ -119,18 +137,45 @@ pub fn summarize(frames: &[Frame]) -> Vec<ReportRow> {
     rows
 }
 
+/// A number as people read it: thousands separators from 1,000 on (whole
+/// numbers from 100,000 on), `T` for 10¹² and more, four decimals below 1,000,
+/// scientific notation under 0.01.
 fn num(v: f64) -> String {
     let a = v.abs();
+    if !v.is_finite() {
+        return v.to_string();
+    }
     if a == 0.0 {
         "0".into()
-    } else if a >= 1e6 {
-        format!("{v:.4e}")
-    } else if a >= 100.0 {
-        format!("{v:.1}")
+    } else if a >= 1e12 {
+        format!("{:.2}T", v / 1e12)
+    } else if a >= 1e5 {
+        group_thousands(&format!("{v:.0}"))
+    } else if a >= 1e3 {
+        group_thousands(&format!("{v:.1}"))
     } else if a >= 0.01 {
         format!("{v:.4}")
     } else {
         format!("{v:.3e}")
+    }
+}
+
+/// Puts a comma between each group of three digits of the integer part.
+fn group_thousands(plain: &str) -> String {
+    let (sign, rest) = plain.strip_prefix('-').map_or(("", plain), |r| ("-", r));
+    let (int, frac) = rest
+        .split_once('.')
+        .map_or((rest, None), |(i, f)| (i, Some(f)));
+    let mut grouped = String::new();
+    for (i, c) in int.chars().enumerate() {
+        if i > 0 && (int.len() - i) % 3 == 0 {
+            grouped.push(',');
+        }
+        grouped.push(c);
+    }
+    match frac {
+        Some(f) => format!("{sign}{grouped}.{f}"),
+        None => format!("{sign}{grouped}"),
     }
 }
 
@@ -155,7 +200,7 @@ pub fn render_text(header: &RecordingHeader, frames: &[Frame], rows: &[ReportRow
     );
     let _ = writeln!(
         out,
-        "{:<14} {:<16} {:<36} {:>6} {:>11} {:>11} {:>11} {:>11} {:>11} {:>25} {:>6}",
+        "{:<14} {:<16} {:<36} {:>6} {:>15} {:>15} {:>15} {:>15} {:>15} {:>33} {:>6}",
         "scope",
         "label",
         "metric",
@@ -175,7 +220,7 @@ pub fn render_text(header: &RecordingHeader, frames: &[Frame], rows: &[ReportRow
         };
         let _ = writeln!(
             out,
-            "{:<14} {:<16} {:<36} {:>6} {:>11} {:>11} {:>11} {:>11} {:>11} {:>25} {:>6.1}",
+            "{:<14} {:<16} {:<36} {:>6} {:>15} {:>15} {:>15} {:>15} {:>15} {:>33} {:>6.1}",
             r.scope,
             r.label.as_deref().unwrap_or("-"),
             r.metric,
@@ -214,6 +259,17 @@ pub fn run(path: &Path, json: bool, out: &mut dyn std::io::Write) -> Result<()> 
 mod tests {
     use super::*;
     use hwqos_core::{CounterReading, Sample, Timestamp};
+
+    #[test]
+    fn numbers_read_like_numbers() {
+        assert_eq!(num(0.0), "0");
+        assert_eq!(num(0.5), "0.5000");
+        assert_eq!(num(1234.56), "1,234.6");
+        assert_eq!(num(-98765.4), "-98,765.4");
+        assert_eq!(num(1234567.8), "1,234,568");
+        assert_eq!(num(2.5e12), "2.50T");
+        assert_eq!(num(0.000123), "1.230e-4");
+    }
 
     fn frame(seq: u64, faults: u64, running: u64) -> Frame {
         let time = Timestamp {

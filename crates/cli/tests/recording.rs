@@ -202,3 +202,46 @@ fn top_without_a_terminal_prints_plain_blocks() {
         .count();
     assert_eq!(cpu_rows, cpus, "{block}");
 }
+
+#[test]
+fn a_recording_cut_by_kill_reads_up_to_its_last_whole_frame() {
+    let dir = tempfile::tempdir().unwrap();
+    let rec = dir.path().join("run.jsonl");
+    let o = hwqos(&[
+        "record",
+        "-o",
+        rec.to_str().unwrap(),
+        "-F",
+        "20",
+        "-e",
+        "sw.page_faults",
+        "--",
+        TESTLOAD,
+        "--sleep-ms",
+        "300",
+    ]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let body = std::fs::read_to_string(&rec).unwrap();
+    let whole = body.lines().count() - 1;
+    // What kill -9 in the middle of writing the next frame leaves behind.
+    let last = body.lines().last().unwrap();
+    let cut = format!("{body}{}", &last[..last.len() / 2]);
+    std::fs::write(&rec, cut).unwrap();
+    let o = hwqos(&["report", rec.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let err = text(&o.stderr);
+    assert!(
+        err.contains("incomplete last frame")
+            && err.contains(&format!("read {whole} whole frames")),
+        "{err}"
+    );
+    assert!(
+        text(&o.stdout).contains(&format!("{whole} frames")),
+        "{}",
+        text(&o.stdout)
+    );
+    let svg = dir.path().join("run.svg");
+    let o = hwqos(&["plot", rec.to_str().unwrap(), "-o", svg.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    assert!(text(&o.stderr).contains("incomplete last frame"));
+}

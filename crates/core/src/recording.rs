@@ -133,6 +133,10 @@ impl RecordingHeader {
 pub struct Recording {
     pub header: RecordingHeader,
     pub frames: Vec<Frame>,
+    /// The line of an incomplete last frame that was left out: what a writer
+    /// killed in the middle of a frame leaves behind. Readers warn about it;
+    /// every whole frame before it is in `frames`.
+    pub truncated_at: Option<usize>,
 }
 
 /// Why a recording could not be read.
@@ -295,14 +299,32 @@ pub fn read_recording_from(
         if buf.iter().all(|b| b.is_ascii_whitespace()) {
             continue;
         }
-        let frame: Frame = serde_json::from_slice(&buf).map_err(|e| RecordingError::BadFrame {
-            path: p(),
-            line,
-            message: e.to_string(),
-        })?;
-        frames.push(frame);
+        match serde_json::from_slice::<Frame>(&buf) {
+            Ok(frame) => frames.push(frame),
+            Err(e) => {
+                let bad_line = line;
+                // A bad last line is a frame cut short by a killed writer;
+                // a bad line with more after it is damage, and an error.
+                if next(&mut buf, &mut line)? {
+                    return Err(RecordingError::BadFrame {
+                        path: p(),
+                        line: bad_line,
+                        message: e.to_string(),
+                    });
+                }
+                return Ok(Recording {
+                    header,
+                    frames,
+                    truncated_at: Some(bad_line),
+                });
+            }
+        }
     }
-    Ok(Recording { header, frames })
+    Ok(Recording {
+        header,
+        frames,
+        truncated_at: None,
+    })
 }
 
 /// Quotes a CSV field when it needs it (RFC 4180).
@@ -718,10 +740,38 @@ mod tests {
             .unwrap();
         bytes.extend_from_slice(serde_json::to_string(&frames()[0]).unwrap().as_bytes());
         bytes.extend_from_slice(b"\n{\"seq\": \"nope\"}\n");
-        let e = read_recording_from(Cursor::new(bytes), Path::new("x")).unwrap_err();
+        let mut damaged = bytes.clone();
+        damaged.extend_from_slice(serde_json::to_string(&frames()[0]).unwrap().as_bytes());
+        damaged.push(b'\n');
+        let e = read_recording_from(Cursor::new(damaged), Path::new("x")).unwrap_err();
         match e {
             RecordingError::BadFrame { line, .. } => assert_eq!(line, 3),
             other => panic!("unexpected {other}"),
+        }
+        // The same bad line at the end is a frame cut short: left out, noted.
+        let rec = read_recording_from(Cursor::new(bytes), Path::new("x")).unwrap();
+        assert_eq!((rec.frames.len(), rec.truncated_at), (1, Some(3)));
+    }
+
+    #[test]
+    fn a_recording_cut_in_the_middle_of_a_frame_reads_up_to_its_last_whole_frame() {
+        let mut bytes = RecordingWriter::new(Vec::new(), &header())
+            .unwrap()
+            .finish()
+            .unwrap();
+        for f in frames() {
+            bytes.extend_from_slice(serde_json::to_string(&f).unwrap().as_bytes());
+            bytes.push(b'\n');
+        }
+        let whole = read_recording_from(Cursor::new(bytes.clone()), Path::new("x")).unwrap();
+        assert_eq!(whole.truncated_at, None);
+        let last = serde_json::to_string(&frames()[0]).unwrap();
+        for cut in [1, last.len() / 2, last.len() - 1] {
+            let mut cut_bytes = bytes.clone();
+            cut_bytes.extend_from_slice(&last.as_bytes()[..cut]);
+            let rec = read_recording_from(Cursor::new(cut_bytes), Path::new("x")).unwrap();
+            assert_eq!(rec.frames, whole.frames, "cut after {cut} bytes");
+            assert_eq!(rec.truncated_at, Some(whole.frames.len() + 2));
         }
     }
 

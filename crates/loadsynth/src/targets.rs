@@ -253,7 +253,11 @@ mod tests {
             RecordedBackend::Simulated,
             CounterClass::Software,
         );
-        Recording { header, frames }
+        Recording {
+            header,
+            frames,
+            truncated_at: None,
+        }
     }
 
     #[test]
