@@ -87,8 +87,16 @@ pub fn engine(cfg: SamplerConfig) -> Result<Engine> {
     let backend: Box<dyn CounterBackend> = Box::new(PerfBackend::for_this_node());
     let resolver = Resolver::for_this_node().excluding_pid(Some(std::process::id()));
     let sampler = Sampler::new(cfg, &catalog, backend, resolver).context("setting up sampling")?;
+    // One line per cause: events refused for the same reason are named together.
+    let mut by_reason: Vec<(String, Vec<String>)> = Vec::new();
     for u in sampler.unavailable() {
-        eprintln!("hwqos: {} <not supported>: {}", u.name, u.reason);
+        match by_reason.iter_mut().find(|(r, _)| *r == u.reason) {
+            Some((_, names)) => names.push(u.name.clone()),
+            None => by_reason.push((u.reason.clone(), vec![u.name.clone()])),
+        }
+    }
+    for (reason, names) in by_reason {
+        eprintln!("hwqos: <not supported>: {}: {reason}", names.join(", "));
     }
     Ok(Engine { sampler, catalog })
 }
@@ -234,6 +242,8 @@ pub fn run(args: &RecordArgs) -> Result<u8> {
         }
     }
     let frames = writer.frames_written();
+    let elapsed = start.elapsed().as_secs_f64();
+    let ticks = ticker.stats();
     writer
         .finish()
         .with_context(|| format!("writing {}", args.output.display()))?;
@@ -243,8 +253,23 @@ pub fn run(args: &RecordArgs) -> Result<u8> {
         out.flush()
             .with_context(|| format!("writing {}", path.display()))?;
     }
+    // Frames after the first, over the time since it: the rate achieved.
+    let achieved = if elapsed > 0.0 {
+        frames.saturating_sub(1) as f64 / elapsed
+    } else {
+        0.0
+    };
+    let scheduled = ticks.ticks + ticks.missed;
+    if scheduled > 0 && ticks.missed * 100 > scheduled {
+        tracing::warn!(
+            "-F {} Hz is more than this node sustains with these events and targets: {} of {} ticks missed, {achieved:.1} Hz achieved (each frame reports its own interval, so rates stay right)",
+            args.freq,
+            ticks.missed,
+            scheduled
+        );
+    }
     eprintln!(
-        "hwqos record: {frames} frames at {} Hz written to {}",
+        "hwqos record: {frames} frames at {} Hz ({achieved:.1} Hz achieved) written to {}",
         args.freq,
         args.output.display()
     );

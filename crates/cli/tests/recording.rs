@@ -245,3 +245,46 @@ fn a_recording_cut_by_kill_reads_up_to_its_last_whole_frame() {
     assert!(o.status.success(), "{}", text(&o.stderr));
     assert!(text(&o.stderr).contains("incomplete last frame"));
 }
+
+#[test]
+fn a_rate_the_node_cannot_sustain_is_reported_with_the_rate_achieved() {
+    let dir = tempfile::tempdir().unwrap();
+    let rec = dir.path().join("fast.jsonl");
+    // 200 kHz with procfs metrics of every process is far beyond any node.
+    let o = hwqos(&[
+        "record",
+        "-a",
+        "-F",
+        "200000",
+        "--duration",
+        "0.5",
+        "-o",
+        rec.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let err = text(&o.stderr);
+    assert!(
+        err.contains("-F 200000 Hz is more than this node sustains"),
+        "{err}"
+    );
+    assert!(err.contains("Hz achieved"), "{err}");
+    assert!(
+        err.matches("<not supported>").count() <= 1,
+        "one line per cause: {err}"
+    );
+    let o = hwqos(&[
+        "record",
+        "-a",
+        "-F",
+        "10",
+        "--duration",
+        "0.5",
+        "-o",
+        rec.to_str().unwrap(),
+    ]);
+    assert!(
+        !text(&o.stderr).contains("more than this node sustains"),
+        "{}",
+        text(&o.stderr)
+    );
+}
