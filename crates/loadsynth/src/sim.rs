@@ -58,9 +58,15 @@ impl SimPlant {
             rescan_every: 0,
             ..SamplerConfig::default()
         };
+        // A fixed CPU model, so the simulated plant has the same events on
+        // every node: the curated L2 events exist for AMD Zen 3, and not for a
+        // CPU missing from the table (an Intel Xeon model 0xcf, for one).
+        let zen3 = hwqos_pmu::catalog::cpu::CpuModel::from_cpuinfo(
+            "vendor_id\t: AuthenticAMD\ncpu family\t: 25\nmodel\t\t: 1\n",
+        );
         let mut sampler = Sampler::new(
             cfg,
-            &Catalog::for_this_node(),
+            &Catalog::for_this_node().with_cpu(zen3),
             Box::new(sim.clone()),
             Resolver::for_this_node(),
         )
