@@ -167,9 +167,14 @@ pub struct TopArgs {
     /// Plain periodic tables without escape codes, even on a terminal.
     #[arg(long)]
     pub plain: bool,
-    /// Processes shown per update.
+    /// Processes shown per update in plain mode (the interactive view fills
+    /// the terminal and scrolls).
     #[arg(long = "top", default_value_t = 15, value_name = "N")]
     pub top: usize,
+    /// Only these processes (comma-separated pids, all their threads); the
+    /// CPUs are shown as always.
+    #[arg(short = 'p', long = "pid", value_delimiter = ',', value_name = "PID")]
+    pub pids: Vec<u32>,
     /// Counter event sets rotated per process; sets separated by `;`, events in a
     /// set by `,` (default: instructions and cycles where the node has a PMU,
     /// else task-clock, context switches and page faults).

@@ -1,12 +1,20 @@
 //! `hwqos top`: a live per-process and per-CPU view built on the monitor engine.
 //!
-//! Every process on the node is a sampler target (followed as processes come
-//! and go) with `/proc` metrics (CPU use, faults, threads, RSS) and kernel
-//! counters (context switches, page faults; instructions and cycles for IPC
-//! where the node has a PMU); every CPU gets utilization, interrupts and soft
-//! interrupts from `/proc` and the same counters system-wide. On a terminal the
-//! screen is redrawn each update; otherwise (or with `--plain`) each update is
-//! printed as a plain block, no escape codes.
+//! Every process on the node (or only the `-p` pids) is a sampler target
+//! (followed as processes come and go) with `/proc` metrics (CPU use, faults,
+//! threads, RSS) and kernel counters (context switches, page faults;
+//! instructions and cycles for IPC/CPI where the node has a PMU); every CPU
+//! gets utilization, interrupts and soft interrupts from `/proc/stat` and the
+//! same counters CPU-wide.
+//!
+//! On a terminal the view is interactive ([`tui`], ratatui on crossterm; the
+//! model in [`view`]): `q` quits, Tab switches between processes and CPUs,
+//! letters, `<` and `>` sort, `r` reverses, columns are dropped to fit the
+//! width. Otherwise (or with `--plain`) each update is printed as a plain
+//! block, no escape codes ([`render_frame`]).
+
+mod tui;
+pub mod view;
 
 use crate::args::TopArgs;
 use crate::error::usage;
@@ -151,6 +159,56 @@ pub fn render_frame(frame: &Frame, top: usize) -> String {
     out
 }
 
+/// The machine's host name, for the header.
+fn node_name() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|s| s.trim().to_string())
+        .ok()
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| "?".to_string())
+}
+
+/// What the interactive header says: the counter kind from the events being
+/// counted, and why IPC/CPI are not available where they are not.
+fn header(
+    sampler: &hwqos_pmu::sampler::Sampler,
+    catalog: &hwqos_pmu::catalog::Catalog,
+    args: &TopArgs,
+) -> tui::Header {
+    let metric = |name: &str| {
+        catalog
+            .resolve(name)
+            .map_or_else(|_| name.to_string(), |e| e.metric.as_str().to_string())
+    };
+    let counted: Vec<String> = sampler
+        .event_sets()
+        .iter()
+        .flatten()
+        .map(|n| metric(n))
+        .collect();
+    let unavailable: Vec<(String, String)> = sampler
+        .unavailable()
+        .iter()
+        .map(|u| (metric(&u.name), u.reason.clone()))
+        .collect();
+    let has = |family: &str| counted.iter().any(|m| m.split('.').next() == Some(family));
+    let counters = match (has("hw"), has("sw")) {
+        (true, true) => view::CounterKind::Mixed,
+        (true, false) => view::CounterKind::Hardware,
+        (false, true) => view::CounterKind::Software,
+        (false, false) => view::CounterKind::None,
+    };
+    let has_pmu = catalog.core_pmus().next().is_some();
+    tui::Header {
+        node: node_name(),
+        cpus: std::thread::available_parallelism().map_or(0, |n| n.get()),
+        period: Duration::from_secs_f64(args.delay),
+        counters,
+        ipc_note: view::ipc_note(&counted, &unavailable, has_pmu),
+        pids: args.pids.clone(),
+    }
+}
+
 /// Runs `hwqos top`.
 pub fn run(args: &TopArgs, out: &mut dyn Write) -> Result<()> {
     if !(args.delay.is_finite() && args.delay > 0.0) {
@@ -165,29 +223,33 @@ pub fn run(args: &TopArgs, out: &mut dyn Write) -> Result<()> {
         Some(spec) => parse_event_sets(spec)?,
         None => default_event_sets(),
     };
+    let targets = if args.pids.is_empty() {
+        vec![TargetSelector::Regex(String::new())]
+    } else {
+        args.pids.iter().map(|&p| TargetSelector::Pid(p)).collect()
+    };
     let cfg = SamplerConfig {
-        targets: vec![TargetSelector::Regex(String::new())],
+        targets,
         per_cpu: true,
         event_sets,
         procfs: true,
         rescan_every: 1,
         ..SamplerConfig::default()
     };
-    let mut sampler = engine(cfg)?.sampler;
+    let engine = engine(cfg)?;
+    let mut sampler = engine.sampler;
     crate::child::catch_interrupts()?;
-    let redraw = !args.plain && std::io::stdout().is_terminal();
+    if !args.plain && std::io::stdout().is_terminal() {
+        let header = header(&sampler, &engine.catalog, args);
+        return tui::run(&mut sampler, &header, args.iterations, out);
+    }
     sampler.sample(Timestamp::now());
     let mut shown = 0u64;
     while args.iterations.is_none_or(|n| shown < n) && !crate::child::interrupted() {
         ticker.wait();
         let frame = sampler.sample(Timestamp::now());
         let text = render_frame(&frame, args.top);
-        let block = if redraw {
-            format!("\x1b[H\x1b[2J{text}")
-        } else {
-            format!("{text}\n")
-        };
-        out.write_all(block.as_bytes())
+        out.write_all(format!("{text}\n").as_bytes())
             .and_then(|()| out.flush())
             .context("writing to stdout")?;
         shown += 1;
