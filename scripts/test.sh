@@ -15,6 +15,8 @@ command -v promtool >/dev/null 2>&1 || need+=(prometheus)
 command -v systemd-analyze >/dev/null 2>&1 || need+=(systemd)
 # The load generator's cache test runs it under cachegrind (external cache model).
 command -v valgrind >/dev/null 2>&1 || need+=(valgrind)
+# hwqos top's interactive view is tested in a real terminal under tmux.
+command -v tmux >/dev/null 2>&1 || need+=(tmux)
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" -eq 0 ]; then
     export DEBIAN_FRONTEND=noninteractive
