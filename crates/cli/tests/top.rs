@@ -352,3 +352,36 @@ fn plain_flag_on_a_terminal_prints_plain_blocks() {
     assert!(screen.contains("hwqos-testload"), "{screen}");
     assert!(screen.contains("(1 processes)"), "{screen}");
 }
+
+#[test]
+fn log_messages_are_held_off_the_screen_and_shown_at_exit() {
+    if !tmux_or_skip() {
+        return;
+    }
+    // A process that exits while it is watched: the sampler logs
+    // "target gone" (at debug level) in the middle of the view.
+    let mut short = Command::new(TESTLOAD)
+        .args(["--sleep-ms", "1500"])
+        .spawn()
+        .unwrap();
+    let t = Tmux::start(
+        120,
+        24,
+        &format!(
+            "RUST_LOG=hwqos_pmu::sampler=debug {HWQOS} top -d 0.2 -p {}",
+            short.id()
+        ),
+    );
+    t.wait_for("the process row", |s| s.contains("hwqos-testload"));
+    let _ = short.wait();
+    let screen = t.wait_for("the process gone and messages held", |s| {
+        s.contains("0 processes") && s.contains("(messages held until exit)")
+    });
+    assert!(
+        !screen.contains("DEBUG"),
+        "a log line tore the view:\n{screen}"
+    );
+    t.keys(&["q"]);
+    let screen = t.wait_for_exit(0);
+    assert!(screen.contains("target gone"), "{screen}");
+}

@@ -221,9 +221,12 @@ pub fn draw(ui: &mut ratatui::Frame<'_>, header: &Header, state: &mut State) {
             Style::default().fg(Color::Yellow),
         ));
     }
-    foot.push(Line::raw(
-        "q quit  Tab/c processes|CPUs  </> sort column  r reverse  ↑↓ PgUp PgDn scroll",
-    ));
+    let mut keys_line =
+        "q quit  Tab/c processes|CPUs  </> sort column  r reverse  ↑↓ PgUp PgDn scroll".to_string();
+    if stderr_hold::held_bytes() > 0 {
+        keys_line.push_str("  (messages held until exit)");
+    }
+    foot.push(Line::raw(keys_line));
     let keys: Vec<String> = columns
         .iter()
         .map(|c| format!("{}={}", c.key, c.title))
@@ -235,11 +238,108 @@ pub fn draw(ui: &mut ratatui::Frame<'_>, header: &Header, state: &mut State) {
     ui.render_widget(Paragraph::new(foot), footer);
 }
 
-/// Leaves raw mode and the alternate screen and shows the cursor again;
-/// harmless when the terminal was not set up.
+/// Leaves raw mode and the alternate screen, shows the cursor again and
+/// replays what was written to standard error meanwhile; harmless when the
+/// terminal was not set up.
 pub fn restore_terminal() {
     let _ = terminal::disable_raw_mode();
     let _ = execute!(std::io::stdout(), LeaveAlternateScreen, cursor::Show);
+    stderr_hold::release();
+}
+
+/// Standard error held in an anonymous file while the view owns the
+/// terminal: a log line (a counter that failed, a process that vanished)
+/// written to the same terminal would tear the screen. The messages are
+/// replayed on the normal screen when the view ends.
+mod stderr_hold {
+    use std::fs::File;
+    use std::io::{Read, Seek, SeekFrom, Write};
+    use std::os::fd::FromRawFd;
+    use std::sync::atomic::{AtomicI32, Ordering};
+
+    /// The terminal's standard error while it is held (-1: not held).
+    static SAVED: AtomicI32 = AtomicI32::new(-1);
+    /// The file standard error points to while held.
+    static HELD: AtomicI32 = AtomicI32::new(-1);
+    /// At most this much is replayed (the first part: the cause comes first).
+    const REPLAY_MAX: u64 = 64 * 1024;
+
+    /// Points standard error at an anonymous file; does nothing when
+    /// standard error is not a terminal (a log file, a pipe) or on failure.
+    pub fn hold() {
+        use std::io::IsTerminal;
+        if !std::io::stderr().is_terminal() || SAVED.load(Ordering::SeqCst) >= 0 {
+            return;
+        }
+        // SAFETY: plain system calls on descriptors this function owns; fd 2
+        // is replaced atomically by dup2.
+        unsafe {
+            let held = libc::memfd_create(c"hwqos-top-stderr".as_ptr(), libc::MFD_CLOEXEC);
+            if held < 0 {
+                return;
+            }
+            let saved = libc::fcntl(2, libc::F_DUPFD_CLOEXEC, 3);
+            if saved < 0 || libc::dup2(held, 2) < 0 {
+                if saved >= 0 {
+                    libc::close(saved);
+                }
+                libc::close(held);
+                return;
+            }
+            HELD.store(held, Ordering::SeqCst);
+            SAVED.store(saved, Ordering::SeqCst);
+        }
+    }
+
+    /// Bytes written to standard error since [`hold`].
+    pub fn held_bytes() -> u64 {
+        let held = HELD.load(Ordering::SeqCst);
+        if held < 0 {
+            return 0;
+        }
+        // SAFETY: fstat on a descriptor this module owns, into a zeroed struct.
+        unsafe {
+            let mut st: libc::stat = std::mem::zeroed();
+            if libc::fstat(held, &mut st) == 0 {
+                st.st_size as u64
+            } else {
+                0
+            }
+        }
+    }
+
+    /// Points standard error back at the terminal and replays what was held.
+    pub fn release() {
+        let saved = SAVED.swap(-1, Ordering::SeqCst);
+        if saved < 0 {
+            return;
+        }
+        let held = HELD.swap(-1, Ordering::SeqCst);
+        // SAFETY: both descriptors were created by `hold` and are owned here;
+        // the swaps above make sure only one caller gets them.
+        let mut file = unsafe {
+            libc::dup2(saved, 2);
+            libc::close(saved);
+            File::from_raw_fd(held)
+        };
+        let size = file.metadata().map_or(0, |m| m.len());
+        if size == 0 || file.seek(SeekFrom::Start(0)).is_err() {
+            return;
+        }
+        let mut text = Vec::new();
+        let _ = Read::by_ref(&mut file)
+            .take(REPLAY_MAX)
+            .read_to_end(&mut text);
+        let mut err = std::io::stderr().lock();
+        let _ = err.write_all(&text);
+        if size > REPLAY_MAX {
+            let _ = writeln!(
+                err,
+                "hwqos top: {} more bytes of messages not shown",
+                size - REPLAY_MAX
+            );
+        }
+    }
 }
 
 /// Restores the terminal before the default hook prints a panic's message
@@ -262,6 +362,7 @@ impl TerminalMode {
     fn enter() -> Result<TerminalMode> {
         terminal::enable_raw_mode().context("switching the terminal to raw mode")?;
         let mode = TerminalMode;
+        stderr_hold::hold();
         execute!(std::io::stdout(), EnterAlternateScreen, cursor::Hide)
             .context("entering the alternate screen")?;
         Ok(mode)
