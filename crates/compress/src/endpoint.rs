@@ -264,6 +264,8 @@ const MAX_CREDIT_MESSAGES: f64 = 200.0;
 /// Largest padding of a padded probe: 8 KiB is 66 µs at 1 Gbit/s, enough to
 /// stand out of the RTT jitter of a fast link.
 const MAX_PROBE_PAD: u32 = 8 * 1024;
+/// Longest piece of a message that a sample compresses.
+const MAX_SAMPLE_BYTES: usize = 64 * 1024;
 /// Probes sent one per message after a link change, like the first ones.
 const REPROBES: u32 = 6;
 /// Padded probe RTTs with the current padding after which the link estimate
@@ -828,15 +830,30 @@ impl Endpoint {
             // cost of every sample it allowed before allowing the next.
             // The sample's expected cost must fit in the credit: the sampler
             // never spends more than a share of what compression could save.
-            let expected = cost_per_byte * msg.len() as f64;
-            // A sender ahead of the link waits for it anyway: its samples
-            // take no time from the stream, so neither the wall-time share
+            // A large message is sampled on its first MAX_SAMPLE_BYTES:
+            // costs per byte and the ratio of a 64 KiB piece stand for the
+            // whole, and a slow codec's first sample of a 256 KiB relay
+            // read (lzma, bzip2: 100 ms or more) no longer stalls the stream.
+            let sample = &msg[..msg.len().min(MAX_SAMPLE_BYTES)];
+            let expected = cost_per_byte * sample.len() as f64;
+            // A sender ahead of the link waits for it anyway: a sample
+            // shorter than the time the queued bytes keep the link busy
+            // takes no time from the stream, so neither the wall-time share
             // nor (before the link is measured, when nothing has earned
-            // credit yet) the credit holds them back — one at a time, and
-            // within the CPU budget.
-            let free = self.learner.net.bulk.is_backlogged();
+            // credit yet; only the cheapest codec is sampled then) the
+            // credit holds it back — one at a time, within the CPU budget.
+            // A longer one (lzma on 256 KiB takes 50 ms or more) would let
+            // the queue run dry and stall the whole pipeline: it waits for
+            // a longer queue. (The expected cost of an unmeasured codec is
+            // its hint, a lower bound: hence a quarter of the queue.)
+            let bulk = &self.learner.net.bulk;
             let unmeasured_link = self.learner.net.link_ns_per_byte().is_none();
+            let fits_queue = expected <= 0.25 * bulk.queued_ns();
+            let backlogged = bulk.is_backlogged();
+            let free = backlogged && (unmeasured_link || fits_queue);
+            let stalls = backlogged && !unmeasured_link && !fits_queue;
             if self.samples_in_flight == 0
+                && !stalls
                 && self.budget_left()
                 && (free || (self.sample_ns as f64) <= share * elapsed)
                 && ((free && unmeasured_link)
@@ -847,7 +864,7 @@ impl Endpoint {
                         Sampling::Background => {
                             let job = SampleJob {
                                 codec,
-                                data: Arc::from(msg),
+                                data: Arc::from(sample),
                                 reply: self.sample_tx.clone(),
                             };
                             if sampler().try_send(job).is_ok() {
@@ -856,11 +873,11 @@ impl Endpoint {
                         }
                         Sampling::AfterSend => {
                             self.deferred_msg.clear();
-                            self.deferred_msg.extend_from_slice(msg);
+                            self.deferred_msg.extend_from_slice(sample);
                             self.deferred_codec = Some(codec);
                         }
                         Sampling::Inline => {
-                            if let Some(r) = run_sample(codec.as_ref(), msg) {
+                            if let Some(r) = run_sample(codec.as_ref(), sample) {
                                 self.absorb_sample(r);
                             }
                         }

@@ -90,6 +90,10 @@ impl TransportInfo for TcpInfo {
 /// ACKs arrive in bursts (delayed ACKs, GRO), so shorter stretches are noisy.
 pub const MIN_BACKLOG_INTERVAL_NS: u64 = 10_000_000;
 
+/// Fewest bytes acknowledged over an interval for its rate to bound the
+/// link's cost (fewer could all have been in flight at its start).
+pub const MIN_BOUND_BYTES: u64 = 256 * 1024;
+
 /// The link as a backlogged sender sees it.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct BulkEstimate {
@@ -106,8 +110,12 @@ pub struct BulkEstimate {
     /// Readings taken and stretches measured.
     pub readings: u64,
     pub stretches: u64,
+    /// Bytes waiting in the transport at the last reading.
+    pub last_unsent: u64,
     /// Start of the current stretch of continuous backlog.
     start: Option<TransportSample>,
+    /// The reading that starts the current interval of any kind.
+    any_start: Option<TransportSample>,
 }
 
 impl BulkEstimate {
@@ -117,6 +125,29 @@ impl BulkEstimate {
         let backlogged = s.unsent_bytes > 0;
         let w = (1.0 / self.readings as f64).max(0.1);
         self.backlogged += w * (f64::from(u8::from(backlogged)) - self.backlogged);
+        self.last_unsent = s.unsent_bytes;
+        // Whatever the queue did, the peer cannot acknowledge faster than
+        // the link delivers: a rate seen over any interval bounds the
+        // link's cost from above. While the sender is not backlogged (it
+        // compresses more slowly than the link sends) this is the only
+        // news about the link, and it corrects an estimate that a slow
+        // receiver or a stall once made too high.
+        match self.any_start {
+            Some(a) => {
+                let dt = s.at_ns.saturating_sub(a.at_ns);
+                let acked = s.acked_bytes.saturating_sub(a.acked_bytes);
+                if dt >= MIN_BACKLOG_INTERVAL_NS && acked >= MIN_BOUND_BYTES {
+                    if let Some(v) = self.link_ns_per_byte.as_mut() {
+                        *v = v.min(dt as f64 / acked as f64);
+                    }
+                    self.any_start = Some(s);
+                } else if dt >= 1_000_000_000 {
+                    // Too few bytes for a bound in a second: start over.
+                    self.any_start = Some(s);
+                }
+            }
+            None => self.any_start = Some(s),
+        }
         if !backlogged {
             // The queue ran dry: what was acknowledged since says how fast
             // we wrote, not how fast the link is.
@@ -161,6 +192,13 @@ impl BulkEstimate {
     /// queue, and an in-memory loop is always "busy").
     pub fn is_pipelined(&self) -> bool {
         self.is_backlogged() || (self.readings > 0 && self.cpu_busy >= 0.5)
+    }
+
+    /// How long the bytes waiting in the transport keep the link busy
+    /// (ns), at the measured link cost; 0 when either is unknown.
+    pub fn queued_ns(&self) -> f64 {
+        self.link_ns_per_byte
+            .map_or(0.0, |v| v * self.last_unsent as f64)
     }
 
     /// Most recent readings found the sender ahead of the link.

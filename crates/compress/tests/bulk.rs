@@ -181,3 +181,26 @@ fn a_bulk_stream_whose_probes_see_a_free_link_compresses_once_the_transport_repo
     let none = with.get("none").copied().unwrap_or(0);
     assert!(none < 60, "{with:?}");
 }
+
+#[test]
+fn a_link_estimate_that_the_peer_outpaces_comes_down_without_a_backlog() {
+    // A stall (a slow receiver) made the link look like 10 Mbit/s; then the
+    // sender compresses more slowly than the link sends (no backlog) while
+    // the peer acknowledges 100 Mbit/s: the link is at least that fast.
+    let mut b = BulkEstimate::default();
+    backlogged(&mut b, 800.0, 100);
+    assert!((b.link_ns_per_byte.unwrap() - 800.0).abs() < 10.0);
+    let t0 = 200_000_000u64;
+    let acked0 = (100_000_000.0 / 800.0) as u64;
+    for i in 1..=20u64 {
+        let dt = i * 5_000_000;
+        b.observe(TransportSample {
+            at_ns: t0 + dt,
+            unsent_bytes: 0,
+            acked_bytes: acked0 + (dt as f64 / 80.0) as u64,
+            rtt_ns: None,
+        });
+    }
+    let v = b.link_ns_per_byte.unwrap();
+    assert!(v <= 81.0, "{v}");
+}
