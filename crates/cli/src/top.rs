@@ -201,7 +201,7 @@ fn header(
     let has_pmu = catalog.core_pmus().next().is_some();
     tui::Header {
         node: node_name(),
-        cpus: std::thread::available_parallelism().map_or(0, |n| n.get()),
+        cpus: hwqos_pmu::target::online_cpus(std::path::Path::new("/sys")).len(),
         period: Duration::from_secs_f64(args.delay),
         counters,
         ipc_note: view::ipc_note(&counted, &unavailable, has_pmu),
