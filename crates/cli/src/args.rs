@@ -175,9 +175,10 @@ pub struct TopArgs {
     /// CPUs are shown as always.
     #[arg(short = 'p', long = "pid", value_delimiter = ',', value_name = "PID")]
     pub pids: Vec<u32>,
-    /// Counter event sets rotated per process; sets separated by `;`, events in a
-    /// set by `,` (default: instructions and cycles where the node has a PMU,
-    /// else task-clock, context switches and page faults).
+    /// Counter event sets rotated per process and CPU; sets separated by `;`,
+    /// events in a set by `,` (default: context switches, page faults,
+    /// instructions and cycles; the hardware events are dropped, and IPC/CPI
+    /// shown as n/a, where the node has no PMU).
     #[arg(short = 'e', long = "events", value_name = "SETS")]
     pub events: Option<String>,
 }
