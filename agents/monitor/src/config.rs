@@ -113,6 +113,19 @@ pub struct OutputConfig {
     pub formats: Vec<Format>,
     /// Flush once more on SIGTERM / SIGINT.
     pub flush_on_exit: bool,
+    /// A segment file that reaches this size (MiB) is closed and the next
+    /// flushed frame starts a new segment.
+    pub segment_mib: u64,
+    /// Bound of all segment files in `dir` together (MiB): the oldest are
+    /// removed after each flush; the segment being written is never removed.
+    pub max_mib: u64,
+}
+
+impl OutputConfig {
+    /// The size bounds of the recordings.
+    pub fn limits(&self) -> crate::segments::Limits {
+        crate::segments::Limits::mib(self.segment_mib, self.max_mib)
+    }
 }
 
 impl Default for OutputConfig {
@@ -121,6 +134,8 @@ impl Default for OutputConfig {
             dir: PathBuf::from("/var/lib/hwqos/monitor"),
             formats: vec![Format::Jsonl, Format::Csv],
             flush_on_exit: true,
+            segment_mib: crate::segments::DEFAULT_SEGMENT_MIB,
+            max_mib: crate::segments::DEFAULT_MAX_MIB,
         }
     }
 }
@@ -174,7 +189,15 @@ pub struct MetricsConfig {
     pub listen: String,
     /// Allow a non-loopback listen address (the endpoint has no authentication).
     pub allow_non_loopback: bool,
+    /// Seconds an application metric's last value stays on `/metrics` after
+    /// it was pushed (0: it goes with the rotation horizon, like the counters).
+    pub app_stale_s: f64,
 }
+
+/// Default `[metrics] app_stale_s`: Prometheus's default query lookback (5 min).
+pub const DEFAULT_APP_STALE_S: f64 = 300.0;
+/// Longest `[metrics] app_stale_s` (a day).
+pub const MAX_APP_STALE_S: f64 = 86_400.0;
 
 impl Default for MetricsConfig {
     fn default() -> Self {
@@ -182,6 +205,7 @@ impl Default for MetricsConfig {
             enabled: true,
             listen: "127.0.0.1:9464".to_string(),
             allow_non_loopback: false,
+            app_stale_s: DEFAULT_APP_STALE_S,
         }
     }
 }
@@ -509,6 +533,25 @@ impl Config {
                 "no format given (use \"jsonl\" and/or \"csv\")".into(),
             );
         }
+        use crate::segments::{MAX_MAX_MIB, MAX_SEGMENT_MIB};
+        if !(1..=MAX_SEGMENT_MIB).contains(&self.output.segment_mib) {
+            return bad(
+                "output.segment_mib",
+                format!(
+                    "{} is out of range (1 to {MAX_SEGMENT_MIB} MiB per segment file)",
+                    self.output.segment_mib
+                ),
+            );
+        }
+        if !(self.output.segment_mib..=MAX_MAX_MIB).contains(&self.output.max_mib) {
+            return bad(
+                "output.max_mib",
+                format!(
+                    "{} is out of range (at least segment_mib = {}, at most {MAX_MAX_MIB} MiB)",
+                    self.output.max_mib, self.output.segment_mib
+                ),
+            );
+        }
         check_writable_dir(&self.output.dir).or_else(|m| bad("output.dir", m))?;
         if self.api.enabled {
             if self.api.socket.as_os_str().is_empty() {
@@ -535,6 +578,13 @@ impl Config {
                     ),
                 );
             }
+        }
+        let stale = self.metrics.app_stale_s;
+        if !stale.is_finite() || !(0.0..=MAX_APP_STALE_S).contains(&stale) {
+            return bad(
+                "metrics.app_stale_s",
+                format!("{stale} is out of range (0 to {MAX_APP_STALE_S} seconds)"),
+            );
         }
         if self.metrics.enabled {
             let addr: SocketAddr = match self.metrics.listen.parse() {
@@ -856,6 +906,43 @@ llc = 200.0
         )
         .unwrap_err();
         assert!(e.to_string().contains("xml"), "{e}");
+    }
+
+    #[test]
+    fn output_bounds_and_app_staleness_are_range_checked() {
+        let output = |keys: &str| {
+            let d = tempfile::tempdir().unwrap();
+            let t = format!("[output]\ndir = {:?}\n{keys}\n", d.path());
+            (d, parse(&t))
+        };
+        let (_d, c) = output("");
+        let c = c.unwrap();
+        assert_eq!((c.output.segment_mib, c.output.max_mib), (64, 1024));
+        assert_eq!(c.metrics.app_stale_s, 300.0);
+        let (_d, c) = output("segment_mib = 1\nmax_mib = 1");
+        assert_eq!(c.unwrap().output.limits().segment_bytes, 1 << 20);
+        for (keys, key, says) in [
+            ("segment_mib = 0", "output.segment_mib", "1 to 4096"),
+            ("segment_mib = 5000", "output.segment_mib", "1 to 4096"),
+            (
+                "segment_mib = 8\nmax_mib = 4",
+                "output.max_mib",
+                "at least segment_mib",
+            ),
+            ("max_mib = 2000000", "output.max_mib", "at most 1048576"),
+        ] {
+            let (_d, e) = output(keys);
+            let e = e.unwrap_err();
+            assert_eq!(e.key.as_deref(), Some(key), "{keys}: {e}");
+            assert!(e.message.contains(says), "{keys}: {e}");
+        }
+        let (_d, t) = with_out("[metrics]\napp_stale_s = 0");
+        assert_eq!(parse(&t).unwrap().metrics.app_stale_s, 0.0);
+        for bad in ["-1", "86401", "nan"] {
+            let e = err(&format!("[metrics]\napp_stale_s = {bad}"));
+            assert_eq!(e.key.as_deref(), Some("metrics.app_stale_s"), "{e}");
+            assert!(e.message.contains("0 to 86400 seconds"), "{e}");
+        }
     }
 
     #[test]

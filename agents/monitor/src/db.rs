@@ -18,18 +18,17 @@
 //! re-encoding under the lock (see [`FrameDb`]). Only when the dictionaries
 //! pass half the byte bound are the frames held re-encoded against one.
 //!
-//! [`FrameDb::snapshot`] shares the encoded frames and the dictionary (no copy, no
-//! decoding under the lock); [`flush`] decodes a snapshot frame by frame while it
-//! writes it atomically (temporary file + rename) as JSON lines and/or CSV, in the
-//! formats of [`hwqos_core::recording`].
+//! [`FrameDb::snapshot`] and [`FrameDb::snapshot_after`] share the encoded frames
+//! and the dictionary (no copy, no decoding under the lock); a flush
+//! ([`crate::segments`]) decodes the frames newer than the last one it wrote,
+//! one at a time, while it appends them to its files.
 
 use crate::frame_codec::{self, DecodeError, Dictionary};
-use hwqos_core::recording::{self, CounterClass, RecordingHeader, RecordingWriter};
+use hwqos_core::recording::CounterClass;
 use hwqos_core::{Frame, MetricName, Sample, Scope, Timestamp};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeSet, VecDeque};
-use std::io::{self, BufWriter, Write};
-use std::os::unix::fs::PermissionsExt;
+use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use tracing::error;
@@ -149,6 +148,8 @@ pub struct FrameDb {
     capacity: usize,
     max_bytes: usize,
     evicted: u64,
+    /// Frames stored since creation (the ordinal of the next frame).
+    stored: u64,
     key_limit: usize,
     /// Dictionary entries right after the last re-encoding: the next one waits
     /// until the dictionaries have doubled, so it stays amortized O(1) per frame.
@@ -170,6 +171,7 @@ impl FrameDb {
             capacity: capacity.max(1),
             max_bytes,
             evicted: 0,
+            stored: 0,
             key_limit: DICTIONARY_KEY_LIMIT,
             keys_after_rebuild: 0,
             rebuilds: 0,
@@ -221,6 +223,11 @@ impl FrameDb {
     /// Frames evicted to respect the bounds, since creation.
     pub fn evicted(&self) -> u64 {
         self.evicted
+    }
+
+    /// Frames stored since creation (evicted ones included).
+    pub fn stored(&self) -> u64 {
+        self.stored
     }
 
     /// Times a fresh dictionary was started (a new generation or a
@@ -354,6 +361,7 @@ impl FrameDb {
                 let stored: Arc<[u8]> = Arc::from(self.scratch.as_slice());
                 self.frames_bytes += stored_bytes(&stored);
                 self.frames.push_back(stored);
+                self.stored += 1;
                 self.latest_bytes = frame_bytes(&frame);
                 self.latest = Some(frame);
             }
@@ -383,6 +391,32 @@ impl FrameDb {
                 .map(|g| (g.dict.clone(), g.frames))
                 .collect(),
         }
+    }
+
+    /// The frames with a sequence number above `after` (all frames: `None`),
+    /// oldest first, still encoded, and [`FrameDb::stored`] at that moment:
+    /// what an appending flush takes, without touching the older frames.
+    pub fn snapshot_after(&self, after: Option<u64>) -> (Snapshot, u64) {
+        let start = match after {
+            None => 0,
+            Some(after) => self.frames.partition_point(|f| {
+                frame_codec::decode_header(f).map_or(u64::MAX, |h| h.seq) <= after
+            }),
+        };
+        let mut skip = start;
+        let mut gens = Vec::with_capacity(self.gens.len());
+        for g in &self.gens {
+            let skipped = skip.min(g.frames);
+            skip -= skipped;
+            if g.frames > skipped {
+                gens.push((g.dict.clone(), g.frames - skipped));
+            }
+        }
+        let snapshot = Snapshot {
+            frames: self.frames.range(start..).cloned().collect(),
+            gens,
+        };
+        (snapshot, self.stored)
     }
 
     /// How many of the newest frames a window takes: at most `frames` of them,
@@ -524,6 +558,12 @@ impl Snapshot {
         self.encoded().map(|(f, d)| frame_codec::decode(f, d))
     }
 
+    /// The sequence number of the oldest frame.
+    pub fn first_seq(&self) -> Option<u64> {
+        let oldest = self.frames.first()?;
+        frame_codec::decode_header(oldest).ok().map(|h| h.seq)
+    }
+
     /// The sequence number of the newest frame.
     pub fn last_seq(&self) -> Option<u64> {
         let newest = self.frames.last()?;
@@ -567,86 +607,6 @@ impl Snapshot {
         };
         Ok(CounterClass::of(std::iter::once(&probe)))
     }
-}
-
-/// Writes a snapshot as CSV, decoding one frame at a time (the database never
-/// holds all frames decoded).
-fn write_csv_streaming(out: &mut impl Write, snapshot: &Snapshot) -> Result<(), FlushError> {
-    let corrupt = |source| FlushError::Corrupt { source };
-    let io_err = |source| FlushError::Io {
-        path: PathBuf::new(),
-        source,
-    };
-    let metrics = snapshot.metrics().map_err(corrupt)?;
-    let mut writer = recording::CsvWriter::new(out, metrics).map_err(io_err)?;
-    for frame in snapshot.frames() {
-        writer
-            .write_frame(&frame.map_err(corrupt)?)
-            .map_err(io_err)?;
-    }
-    writer.finish().map_err(io_err)?;
-    Ok(())
-}
-
-/// Writes the frames of `snapshot` into `dir` in each of `formats`, each file
-/// atomically (a temporary file in `dir`, fsynced, then renamed), decoding one
-/// frame at a time. Returns the paths written.
-///
-/// Files are named `<stem>.<ext>`; the caller picks a stem that is unique per flush.
-pub fn flush(
-    snapshot: &Snapshot,
-    header: &RecordingHeader,
-    dir: &Path,
-    stem: &str,
-    formats: &[Format],
-) -> Result<Vec<PathBuf>, FlushError> {
-    if formats.is_empty() {
-        return Err(FlushError::NoFormats);
-    }
-    let err = |path: &Path| {
-        let path = path.to_path_buf();
-        move |source| FlushError::Io { path, source }
-    };
-    std::fs::create_dir_all(dir).map_err(err(dir))?;
-    let mut written = Vec::new();
-    for format in formats {
-        let path = dir.join(format!("{stem}.{}", format.extension()));
-        let tmp = tempfile::Builder::new()
-            .prefix(&format!(".{stem}."))
-            .suffix(".tmp")
-            .tempfile_in(dir)
-            .map_err(err(dir))?;
-        let mut out = BufWriter::new(tmp.as_file());
-        match format {
-            Format::Jsonl => {
-                let mut w = RecordingWriter::new(&mut out, header).map_err(err(&path))?;
-                for f in snapshot.frames() {
-                    let f = f.map_err(|source| FlushError::Corrupt { source })?;
-                    w.write_frame(&f).map_err(err(&path))?;
-                }
-                w.finish().map_err(err(&path))?;
-            }
-            Format::Csv => write_csv_streaming(&mut out, snapshot).map_err(|e| match e {
-                FlushError::Io { source, .. } => FlushError::Io {
-                    path: path.clone(),
-                    source,
-                },
-                other => other,
-            })?,
-        }
-        out.flush().map_err(err(&path))?;
-        drop(out);
-        tmp.as_file()
-            .set_permissions(std::fs::Permissions::from_mode(0o640))
-            .map_err(err(&path))?;
-        tmp.as_file().sync_all().map_err(err(&path))?;
-        tmp.persist(&path).map_err(|e| FlushError::Io {
-            path: path.clone(),
-            source: e.error,
-        })?;
-        written.push(path);
-    }
-    Ok(written)
 }
 
 /// Whether a file name is one of the temporary files a flush (or the output
@@ -699,7 +659,6 @@ pub fn remove_stale_temp_files(dir: &Path) -> io::Result<(Vec<PathBuf>, u64)> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use hwqos_core::recording::RecordedBackend;
     use hwqos_core::{CounterReading, ScopeLabel};
 
     fn frame(seq: u64, mono_ns: u64, n: usize) -> Arc<Frame> {
@@ -963,34 +922,13 @@ mod tests {
         assert_eq!(db.snapshot().frames().count(), db.len());
     }
 
-    fn header() -> RecordingHeader {
-        RecordingHeader::new(
-            "n",
-            Timestamp::default(),
-            10.0,
-            RecordedBackend::Perf,
-            CounterClass::None,
-        )
-    }
-
     #[test]
-    fn csv_is_written_as_core_writes_it() {
+    fn snapshot_metrics_and_counter_class() {
         let mut db = FrameDb::new(100, usize::MAX);
-        let frames: Vec<Arc<Frame>> = (0..6)
-            .map(|i| process_frame(i, 0..(i as u32 % 4 + 1)))
-            .collect();
-        for f in &frames {
-            db.push(f.clone());
+        for i in 0..6 {
+            db.push(process_frame(i, 0..(i as u32 % 4 + 1)));
         }
         db.push(frame(6, 700_000_000, 3));
-        let mut ours = Vec::new();
-        write_csv_streaming(&mut ours, &db.snapshot()).unwrap();
-        let decoded: Vec<Frame> = db.snapshot().frames().map(Result::unwrap).collect();
-        let core = recording::write_csv(Vec::new(), decoded.iter()).unwrap();
-        assert_eq!(
-            String::from_utf8(ours).unwrap(),
-            String::from_utf8(core).unwrap()
-        );
         assert_eq!(
             db.snapshot().counter_class().unwrap(),
             CounterClass::Software
@@ -1006,40 +944,27 @@ mod tests {
     }
 
     #[test]
-    fn flush_writes_files_that_read_back() {
-        let dir = tempfile::tempdir().unwrap();
-        let mut db = FrameDb::new(100, usize::MAX);
-        let frames: Vec<Arc<Frame>> = (0..4).map(|i| frame(i, i * 1000, 2)).collect();
-        for f in &frames {
-            db.push(f.clone());
+    fn snapshot_after_takes_only_newer_frames_across_dictionaries() {
+        let mut db = FrameDb::new(50, usize::MAX);
+        db.set_dictionary_limit(30);
+        for i in 0..80u64 {
+            let first = i as u32 * 5;
+            db.push(process_frame(i, first..first + 5));
         }
-        let snapshot = db.snapshot();
-        let paths = flush(
-            &snapshot,
-            &header(),
-            &dir.path().join("sub"),
-            "rec",
-            &[Format::Jsonl, Format::Csv],
-        )
-        .unwrap();
-        assert_eq!(paths.len(), 2);
-        let rec = recording::read_recording(&paths[0]).unwrap();
-        assert_eq!(rec.frames.len(), 4);
-        assert_eq!(rec.frames[3], *frames[3]);
-        let csv = recording::read_csv(&paths[1]).unwrap();
-        assert_eq!(csv.rows.len(), 8);
-        let mode = std::fs::metadata(&paths[0]).unwrap().permissions().mode();
-        assert_eq!(mode & 0o777, 0o640);
-        // No temporary files are left behind.
-        let names: Vec<String> = std::fs::read_dir(dir.path().join("sub"))
-            .unwrap()
-            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-            .collect();
-        assert_eq!(names.len(), 2, "{names:?}");
-        assert!(matches!(
-            flush(&snapshot, &header(), dir.path(), "x", &[]),
-            Err(FlushError::NoFormats)
-        ));
+        assert!(db.dictionaries() == 2 || db.dictionary_rebuilds() > 0);
+        assert_eq!(db.stored(), 80);
+        let (all, stored) = db.snapshot_after(None);
+        assert_eq!((all.len(), stored), (50, 80));
+        assert_eq!(all.first_seq(), Some(30));
+        let (newer, _) = db.snapshot_after(Some(70));
+        assert_eq!(seqs(&newer), (71..80).collect::<Vec<_>>());
+        let back: Vec<Frame> = newer.frames().map(Result::unwrap).collect();
+        assert_eq!(
+            format!("{:?}", back[0]),
+            format!("{:?}", process_frame(71, 355..360))
+        );
+        assert!(db.snapshot_after(Some(79)).0.is_empty());
+        assert_eq!(seqs(&db.snapshot_after(Some(3)).0).len(), 50);
     }
 
     #[test]

@@ -3,7 +3,8 @@
 //!
 //! - [`cli`]: the command line (clap), shared with the man-page generator;
 //! - [`config`]: the TOML configuration, validated with errors naming file, key and problem;
-//! - [`db`]: the bounded in-memory frame database and its atomic flush to CSV / JSON lines;
+//! - [`db`]: the bounded in-memory frame database;
+//! - [`segments`]: the append-only recordings a flush writes (JSON lines / CSV segments);
 //! - [`frame_codec`]: the compact lossless encoding the database stores frames in;
 //! - [`api_server`]: the live API on a Unix socket (protocol and client in [`hwqos_pmu::api`]);
 //! - [`openmetrics`]: the `/metrics` endpoint in OpenMetrics text format;
@@ -16,6 +17,7 @@ pub mod config;
 pub mod db;
 pub mod frame_codec;
 pub mod openmetrics;
+pub mod segments;
 pub mod service;
 
 pub use config::{Config, ConfigError};

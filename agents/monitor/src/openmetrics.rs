@@ -22,6 +22,11 @@
 //! multiplex also get `hwqos_counter_running_ratio{metric="…",…}`: the share of
 //! the interval the counter actually ran (its value was scaled up by the inverse).
 //!
+//! **Application metrics** (`app.*`, pushed on an `[[app]]` socket, tailed or
+//! run) arrive when the application sends them, often far less often than
+//! the rotation horizon: their last value stays for `[metrics] app_stale_s`
+//! (default 300 s) after the tick that carried it ([`AppHold`]), then goes.
+//!
 //! `derived.rate.*` metrics are left out: they repeat the `_per_second` families.
 //! Monitor self-metrics are `hwqos_monitor_*`.
 //!
@@ -31,7 +36,7 @@
 //! `promtool check metrics` lints disagree on counter family names; a gauge is
 //! read identically by both, and `rate()` still works on it.
 
-use hwqos_core::{Frame, MetricKind, MetricName, Scope, Unit};
+use hwqos_core::{Frame, MetricKind, MetricName, Sample, Scope, Unit};
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
 
@@ -146,6 +151,13 @@ pub struct SelfMetrics {
     pub period_s: f64,
     pub reloads: u64,
     pub last_frame_wall_ns: Option<i64>,
+    /// Frames and bytes flushes appended, since start.
+    pub flushed_frames: u64,
+    pub flushed_bytes: u64,
+    /// Frames that fell out of the database before a flush reached them, since start.
+    pub flush_lost_frames: u64,
+    /// Application-metric series held for `[metrics] app_stale_s`.
+    pub app_series_held: usize,
 }
 
 /// The latest value of every (metric, scope) seen recently.
@@ -173,37 +185,9 @@ impl Exposition {
 
     /// Takes in a frame; series not updated for `stale_after` ticks are dropped.
     pub fn update(&mut self, frame: &Frame, stale_after: u64) {
-        let interval_s = frame.interval_ns as f64 / 1e9;
         self.latest_seq = frame.seq;
         for s in &frame.samples {
-            // `derived.rate.*` repeats what the per-second counter families show.
-            if !s.value.is_finite() || s.metric.as_str().starts_with("derived.rate.") {
-                continue;
-            }
-            let family = self
-                .families
-                .entry(s.metric.clone())
-                .or_insert_with(|| family_for(&s.metric));
-            let value = if family.per_second {
-                if interval_s <= 0.0 {
-                    continue;
-                }
-                s.value * family.scale / interval_s
-            } else {
-                s.value * family.scale
-            };
-            let running = s
-                .counter
-                .filter(|c| c.multiplexed())
-                .map(|c| c.running_fraction());
-            self.entries.insert(
-                (s.metric.clone(), s.scope.clone()),
-                Entry {
-                    value,
-                    running,
-                    seq: frame.seq,
-                },
-            );
+            self.take_sample(s, frame.interval_ns, frame.seq);
         }
         for l in &frame.labels {
             self.comms
@@ -215,6 +199,55 @@ impl Exposition {
         let entries = &self.entries;
         self.families
             .retain(|m, _| entries.keys().any(|(em, _)| em == m));
+    }
+
+    /// Takes in one sample of a frame with interval `interval_ns` and sequence `seq`.
+    fn take_sample(&mut self, s: &Sample, interval_ns: u64, seq: u64) {
+        // `derived.rate.*` repeats what the per-second counter families show.
+        if !s.value.is_finite() || s.metric.as_str().starts_with("derived.rate.") {
+            return;
+        }
+        let interval_s = interval_ns as f64 / 1e9;
+        let family = self
+            .families
+            .entry(s.metric.clone())
+            .or_insert_with(|| family_for(&s.metric));
+        let value = if family.per_second {
+            if interval_s <= 0.0 {
+                return;
+            }
+            s.value * family.scale / interval_s
+        } else {
+            s.value * family.scale
+        };
+        let running = s
+            .counter
+            .filter(|c| c.multiplexed())
+            .map(|c| c.running_fraction());
+        self.entries.insert(
+            (s.metric.clone(), s.scope.clone()),
+            Entry {
+                value,
+                running,
+                seq,
+            },
+        );
+    }
+
+    /// Adds the application metrics `hold` keeps that the frames taken in no
+    /// longer show (older than the rotation horizon), if they were pushed at
+    /// most `hold`'s window before `now_mono_ns`. Call after the last
+    /// [`Exposition::update`].
+    pub fn add_held(&mut self, hold: &AppHold, now_mono_ns: u64) {
+        for ((metric, scope), held) in &hold.series {
+            if !hold.fresh(held, now_mono_ns) {
+                continue;
+            }
+            if self.entries.contains_key(&(metric.clone(), scope.clone())) {
+                continue;
+            }
+            self.take_sample(&held.sample, held.interval_ns, held.seq);
+        }
     }
 
     fn labels(&self, scope: &Scope, extra: Option<(&str, &str)>) -> String {
@@ -287,6 +320,103 @@ impl Exposition {
         render_self(&mut out, me);
         out.push_str("# EOF\n");
         out
+    }
+}
+
+/// Most application-metric series [`AppHold`] keeps: pushers choose names and
+/// scopes, so the store is bounded; a new series beyond it is shown only
+/// while its frames are within the rotation horizon (and counted).
+pub const MAX_HELD_APP_SERIES: usize = 10_000;
+
+#[derive(Clone, Debug)]
+struct Held {
+    sample: Sample,
+    interval_ns: u64,
+    seq: u64,
+    /// Monotonic time of the tick that carried it.
+    mono_ns: u64,
+}
+
+/// The last value of every application metric series (`app.*`) pushed within
+/// `[metrics] app_stale_s`, so that `/metrics` keeps showing a value that an
+/// application pushes less often than the rotation horizon.
+#[derive(Debug, Default)]
+pub struct AppHold {
+    series: HashMap<(MetricName, Scope), Held>,
+    window_ns: u64,
+    refused: u64,
+}
+
+impl AppHold {
+    /// A store that keeps values for `window_s` seconds (0: none).
+    pub fn new(window_s: f64) -> AppHold {
+        let mut hold = AppHold::default();
+        hold.set_window(window_s);
+        hold
+    }
+
+    /// Changes the window (a reload); a 0 window empties the store.
+    pub fn set_window(&mut self, window_s: f64) {
+        self.window_ns = (window_s.max(0.0) * 1e9) as u64;
+        if self.window_ns == 0 {
+            self.series.clear();
+        }
+    }
+
+    /// Series held.
+    pub fn len(&self) -> usize {
+        self.series.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.series.is_empty()
+    }
+
+    /// New series not held because [`MAX_HELD_APP_SERIES`] were.
+    pub fn refused(&self) -> u64 {
+        self.refused
+    }
+
+    fn fresh(&self, held: &Held, now_mono_ns: u64) -> bool {
+        now_mono_ns.saturating_sub(held.mono_ns) <= self.window_ns
+    }
+
+    /// Keeps the `app.*` samples of a frame (cheap when it has none).
+    pub fn take(&mut self, frame: &Frame) {
+        if self.window_ns == 0 {
+            return;
+        }
+        let mut expired = false;
+        for s in frame.samples.iter().filter(|s| s.metric.family() == "app") {
+            let key = (s.metric.clone(), s.scope.clone());
+            if self.series.len() >= MAX_HELD_APP_SERIES && !self.series.contains_key(&key) {
+                // At most one sweep a frame.
+                if !expired {
+                    self.expire(frame.time.mono_ns);
+                    expired = true;
+                }
+                if self.series.len() >= MAX_HELD_APP_SERIES {
+                    self.refused += 1;
+                    continue;
+                }
+            }
+            self.series.insert(
+                key,
+                Held {
+                    sample: s.clone(),
+                    interval_ns: frame.interval_ns,
+                    seq: frame.seq,
+                    mono_ns: frame.time.mono_ns,
+                },
+            );
+        }
+    }
+
+    /// Drops the series pushed longer than the window before `now_mono_ns`.
+    pub fn expire(&mut self, now_mono_ns: u64) {
+        let window = self.window_ns;
+        self.series
+            .retain(|_, h| now_mono_ns.saturating_sub(h.mono_ns) <= window);
     }
 }
 
@@ -414,6 +544,34 @@ fn render_self(out: &mut String, me: &SelfMetrics) {
         "successful configuration reloads since start",
         None,
         me.reloads as f64,
+    );
+    g(
+        out,
+        "hwqos_monitor_flushed_frames",
+        "frames appended to recordings by flushes, since start",
+        None,
+        me.flushed_frames as f64,
+    );
+    g(
+        out,
+        "hwqos_monitor_flushed_bytes",
+        "bytes appended to recordings by flushes, since start",
+        Some("bytes"),
+        me.flushed_bytes as f64,
+    );
+    g(
+        out,
+        "hwqos_monitor_flush_lost_frames",
+        "frames that fell out of the database before a flush wrote them, since start",
+        None,
+        me.flush_lost_frames as f64,
+    );
+    g(
+        out,
+        "hwqos_monitor_app_series_held",
+        "application metric series kept on /metrics for [metrics] app_stale_s",
+        None,
+        me.app_series_held as f64,
     );
     if let Some(wall) = me.last_frame_wall_ns {
         g(

@@ -9,11 +9,11 @@
 
 use crate::config::{self, Config, ConfigError};
 use crate::db::{self, FlushError, FrameDb, WindowRange};
-use crate::openmetrics::{Exposition, SelfMetrics};
+use crate::openmetrics::{AppHold, Exposition, SelfMetrics};
+use crate::segments::{FlushReport, OutputStats, SegmentWriter};
 use crate::{api_server, openmetrics};
-use hwqos_core::recording::{RecordedBackend, RecordingHeader};
+use hwqos_core::recording::{CounterClass, RecordedBackend, RecordingHeader};
 use hwqos_core::ticker::Ticker;
-use hwqos_core::time::format_rfc3339;
 use hwqos_core::{Frame, Timestamp};
 use hwqos_pmu::api::{EventSets, MonitorStatus, UnavailableEvent};
 use hwqos_pmu::backend::perf::PerfBackend;
@@ -314,7 +314,10 @@ struct Shared {
     metrics_addr: Mutex<Option<SocketAddr>>,
     period_ns: AtomicU64,
     stop: AtomicBool,
-    flush_lock: Mutex<()>,
+    /// The append-only recordings; its lock also makes flushes one at a time.
+    output: Mutex<SegmentWriter>,
+    /// Application metrics kept on `/metrics` for `[metrics] app_stale_s`.
+    app_hold: Mutex<AppHold>,
     /// One permit per `window` response being sent (`[api] max_windows`).
     windows: Arc<tokio::sync::Semaphore>,
     max_windows: usize,
@@ -430,9 +433,13 @@ impl Monitor {
         }
         let (frames_tx, _) = broadcast::channel(config.api.client_queue.max(1));
         let max_windows = config.api.max_windows.max(1);
+        let node = hwqos_core::recording::node_name();
+        let started = Timestamp::now();
         let shared = Arc::new(Shared {
-            node: hwqos_core::recording::node_name(),
-            started: Timestamp::now(),
+            output: Mutex::new(SegmentWriter::new(&node, started.wall_ns)),
+            app_hold: Mutex::new(AppHold::new(config.metrics.app_stale_s)),
+            node,
+            started,
             config_path,
             rate_override,
             engine,
@@ -446,7 +453,6 @@ impl Monitor {
             counters: Counters::default(),
             metrics_addr: Mutex::new(None),
             stop: AtomicBool::new(false),
-            flush_lock: Mutex::new(()),
             windows: Arc::new(tokio::sync::Semaphore::new(max_windows)),
             max_windows,
         });
@@ -513,6 +519,9 @@ fn sampling_loop(shared: &Shared, ticker: &mut Ticker) {
         c.multiplexed_samples
             .fetch_add(multiplexed, Ordering::Relaxed);
         let frame = Arc::new(frame);
+        if frame.samples.iter().any(|s| s.metric.family() == "app") {
+            lock(&shared.app_hold).take(&frame);
+        }
         lock(&shared.db).push(frame.clone());
         // No receivers is fine; slow receivers lag and are dropped by the API.
         let _ = shared.frames_tx.send(frame);
@@ -735,6 +744,13 @@ impl MonitorHandle {
             (db.len(), db.bytes(), db.latest().map(|f| f.time.wall_ns))
         };
         let c = &self.shared.counters;
+        let out = self.output_stats();
+        let now = hwqos_core::time::monotonic_ns();
+        let app_hold = {
+            let mut hold = lock(&self.shared.app_hold);
+            hold.expire(now);
+            hold.len()
+        };
         let me = SelfMetrics {
             version: VERSION.to_string(),
             backend: backend_name(info.backend).to_string(),
@@ -751,6 +767,10 @@ impl MonitorHandle {
             period_s: 1.0 / config.rate_hz,
             reloads: c.reloads.load(Ordering::Relaxed),
             last_frame_wall_ns: last_wall,
+            flushed_frames: out.frames_written,
+            flushed_bytes: out.bytes_written,
+            flush_lost_frames: out.frames_lost,
+            app_series_held: app_hold,
         };
         // Built at scrape time from the newest frames, not on every tick: a
         // series disappears after `stale_after` ticks, so older frames cannot
@@ -761,6 +781,7 @@ impl MonitorHandle {
         for frame in &recent {
             exposition.update(frame, stale_after);
         }
+        exposition.add_held(&lock(&self.shared.app_hold), now);
         exposition.render(&me)
     }
 
@@ -768,11 +789,19 @@ impl MonitorHandle {
         *lock(&self.shared.metrics_addr) = Some(addr);
     }
 
-    /// Writes the database to the output directory in the configured formats.
+    /// Appends the frames sampled since the last flush to the recordings in
+    /// the output directory (see [`crate::segments`]) and returns the files
+    /// written to.
     pub fn flush(&self) -> Result<Vec<PathBuf>, FlushError> {
-        let _one_at_a_time = lock(&self.shared.flush_lock);
+        self.flush_report().map(|r| r.paths)
+    }
+
+    /// [`MonitorHandle::flush`] with what it did: frames and bytes appended,
+    /// frames lost since the previous flush, old segments removed.
+    pub fn flush_report(&self) -> Result<FlushReport, FlushError> {
+        let mut output = lock(&self.shared.output);
         let config = self.config();
-        let frames = lock(&self.shared.db).snapshot();
+        let (frames, stored) = lock(&self.shared.db).snapshot_after(output.last_seq());
         let info = lock(&self.shared.source_info).clone();
         let mut header = RecordingHeader::new(
             self.shared.node.clone(),
@@ -782,26 +811,43 @@ impl MonitorHandle {
                 BackendKind::Perf => RecordedBackend::Perf,
                 BackendKind::Simulated => RecordedBackend::Simulated,
             },
-            frames
-                .counter_class()
-                .map_err(|source| FlushError::Corrupt { source })?,
+            // The writer states the class of every metric the run flushed.
+            CounterClass::None,
         );
         header.event_sets = info.event_sets;
         header.writer = format!("hwqos-monitor {VERSION}");
-        let stem = flush_stem(&self.shared.node, frames.last_seq());
-        let paths = db::flush(
+        let report = output.append(
             &frames,
+            stored,
             &header,
             &config.output.dir,
-            &stem,
             &config.output.formats,
+            config.output.limits(),
         )?;
+        if let Some(gap) = report.gap {
+            warn!(
+                "flush: {gap}; flush more often or keep more frames ([database] frames, max_mib)"
+            );
+        }
+        if !report.removed.is_empty() {
+            info!(
+                "flush: removed {} old recording files to stay within [output] max_mib = {}",
+                report.removed.len(),
+                config.output.max_mib
+            );
+        }
         info!(
-            frames = frames.len(),
-            "database flushed to {}",
+            frames = report.frames,
+            bytes = report.bytes,
+            "flushed to {}",
             config.output.dir.display()
         );
-        Ok(paths)
+        Ok(report)
+    }
+
+    /// What the flushes wrote and lost since start.
+    pub fn output_stats(&self) -> OutputStats {
+        lock(&self.shared.output).stats()
     }
 
     /// Re-reads the config file and applies it (SIGHUP). On error the running
@@ -831,10 +877,17 @@ impl MonitorHandle {
             warn!("[api] changes take effect on restart; keeping the running socket");
             new.api = old.api.clone();
         }
-        if new.metrics != old.metrics {
-            warn!("[metrics] changes take effect on restart; keeping the running endpoint");
-            new.metrics = old.metrics.clone();
+        // `app_stale_s` applies at once; the endpoint itself only on restart.
+        let endpoint_changed =
+            MetricsEndpoint::of(&new.metrics) != MetricsEndpoint::of(&old.metrics);
+        if endpoint_changed {
+            warn!("[metrics] enabled/listen/allow_non_loopback change on restart; keeping the running endpoint");
+            new.metrics = config::MetricsConfig {
+                app_stale_s: new.metrics.app_stale_s,
+                ..old.metrics.clone()
+            };
         }
+        lock(&self.shared.app_hold).set_window(new.metrics.app_stale_s);
         if new.sleep != old.sleep {
             warn!("`sleep` changes take effect on restart; keeping the running strategy");
             new.sleep = old.sleep;
@@ -883,26 +936,21 @@ pub fn backend_name(kind: BackendKind) -> &'static str {
     }
 }
 
-/// File stem of a flush: `hwqos-<node>-<UTC yyyymmddThhmmssZ>-<last seq>`.
-fn flush_stem(node: &str, last_seq: Option<u64>) -> String {
-    let node: String = node
-        .chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || c == '-' {
-                c
-            } else {
-                '_'
-            }
-        })
-        .collect();
-    let utc: String = format_rfc3339(hwqos_core::time::wall_ns())
-        .chars()
-        .take(19)
-        .filter(|c| *c != '-' && *c != ':')
-        .collect();
-    match last_seq {
-        Some(seq) => format!("hwqos-{node}-{utc}Z-{seq}"),
-        None => format!("hwqos-{node}-{utc}Z-empty"),
+/// The parts of `[metrics]` that only change on restart.
+#[derive(PartialEq)]
+struct MetricsEndpoint<'a> {
+    enabled: bool,
+    listen: &'a str,
+    allow_non_loopback: bool,
+}
+
+impl MetricsEndpoint<'_> {
+    fn of(m: &config::MetricsConfig) -> MetricsEndpoint<'_> {
+        MetricsEndpoint {
+            enabled: m.enabled,
+            listen: &m.listen,
+            allow_non_loopback: m.allow_non_loopback,
+        }
     }
 }
 
@@ -1030,7 +1078,7 @@ async fn serve(
             _ = usr1.recv() => {
                 let h = handle.clone();
                 match tokio::task::spawn_blocking(move || h.flush()).await {
-                    Ok(Ok(paths)) => info!("SIGUSR1: wrote {paths:?}"),
+                    Ok(Ok(paths)) => info!("SIGUSR1: flushed to {}", show_paths(&paths)),
                     Ok(Err(e)) => error!("SIGUSR1 flush failed: {e}"),
                     Err(e) => error!("SIGUSR1 flush failed: {e}"),
                 }
@@ -1066,7 +1114,7 @@ async fn serve(
     if handle.config().output.flush_on_exit {
         let h = handle.clone();
         match tokio::task::spawn_blocking(move || h.flush()).await {
-            Ok(Ok(paths)) => info!("final flush: wrote {paths:?}"),
+            Ok(Ok(paths)) => info!("final flush: flushed to {}", show_paths(&paths)),
             Ok(Err(e)) => {
                 error!("final flush failed: {e}");
                 return Err(MonitorError::Flush(e));
@@ -1075,6 +1123,12 @@ async fn serve(
         }
     }
     Ok(())
+}
+
+/// Paths for a log line (no Rust debug formatting).
+fn show_paths(paths: &[PathBuf]) -> String {
+    let shown: Vec<String> = paths.iter().map(|p| p.display().to_string()).collect();
+    shown.join(", ")
 }
 
 /// The `STATUS=` line while sampling.
