@@ -180,7 +180,7 @@ impl MetricsServer {
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
             .thread_name("hwqos-loadgen-metrics")
-            .enable_io()
+            .enable_all()
             .build()
             .map_err(|e| format!("starting the metrics runtime: {e}"))?;
         let listener = rt

@@ -149,7 +149,11 @@ fn run_serves_the_model_and_its_measurements() {
     let cfg = write(
         dir.path(),
         "c.toml",
-        &format!("[run]\nmodel = \"{model}\"\n[metrics]\nlisten = \"127.0.0.1:0\"\n"),
+        // Open loop: the knob stays the model's, so the exposition's values
+        // are known (closed loop, the default, moves it with the load here).
+        &format!(
+            "[run]\nmodel = \"{model}\"\nopen_loop = true\n[metrics]\nlisten = \"127.0.0.1:0\"\n"
+        ),
     );
     let mut child = Command::new(BIN)
         .args(["--config", &cfg, "run"])

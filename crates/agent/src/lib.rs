@@ -93,7 +93,8 @@ impl Default for MetricsLimits {
 
 /// Serves `GET /metrics` with what `render` returns until `stop` changes
 /// (or its sender is dropped), then finishes the requests in flight; with the
-/// default [`MetricsLimits`].
+/// default [`MetricsLimits`]. Needs a Tokio runtime with both I/O and timers
+/// enabled (`enable_all`): the limits are timers.
 pub async fn serve_metrics(
     listener: tokio::net::TcpListener,
     render: RenderMetrics,
