@@ -39,13 +39,23 @@ fn summary(path: &Path) -> (f64, f64, f64) {
     )
 }
 
+/// `size,ways,line` of a cache as cachegrind takes it. Cachegrind simulates
+/// only power-of-two set counts; a cache with another count (a 260 MiB,
+/// 20-way L3 has 212,992 sets) is given as the largest such geometry below
+/// it with the same ways and line size, and the generator is told the same.
 fn geometry(c: &hwqos_topology::Cache) -> String {
-    format!(
-        "{},{},{}",
+    let (size, ways, line) = (
         c.size_bytes.unwrap(),
-        c.ways.unwrap(),
-        c.line_size.unwrap()
-    )
+        c.ways.unwrap() as u64,
+        c.line_size.unwrap() as u64,
+    );
+    let sets = size / (ways * line);
+    let simulated_sets = if sets.is_power_of_two() {
+        sets
+    } else {
+        1 << sets.ilog2()
+    };
+    format!("{},{ways},{line}", simulated_sets * ways * line)
 }
 
 fn run(dir: &Path, d1: &str, ll: &str, ratios: &str) -> (f64, f64, f64) {
