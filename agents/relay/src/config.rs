@@ -111,7 +111,7 @@ impl Default for Config {
             checksum: false,
             round_messages: 100,
             probe_every: 16,
-            probe_pad: 512,
+            probe_pad: StreamConfig::default().probe_pad,
             link_ns_per_byte: 0.0,
             drain_timeout_ms: 5000,
             max_connections: 256,
@@ -362,6 +362,12 @@ mod tests {
         let text = include_str!("../../../deploy/config/relay.toml");
         let c = Config::parse(text, Path::new("deploy/config/relay.toml")).unwrap();
         assert_eq!(c, Config::default());
+        // The library's default, the one docs/compression.md gives.
+        assert_eq!(c.probe_pad, 2048);
+        assert_eq!(
+            c.stream_config().probe_pad,
+            StreamConfig::default().probe_pad
+        );
     }
 
     #[test]
