@@ -145,9 +145,10 @@ pub struct FindLimitArgs {
     /// The resource r (an event name, e.g. sw.page_faults or L1-dcache-loads).
     #[arg(long)]
     pub event: String,
-    /// A command that prints the victim's current performance x (first number).
-    #[arg(long, num_args = 1.., allow_hyphen_values = true)]
-    pub x_command: Vec<String>,
+    /// A shell command line (run with `sh -c`) that prints the victim's
+    /// current performance x (its first number). One argument: quote it.
+    #[arg(long, value_name = "SHELL_COMMAND")]
+    pub x_command: String,
     /// Leech kind: cpu, memory, fpu or faults.
     #[arg(long, default_value = "memory")]
     pub leech: String,
@@ -202,4 +203,31 @@ pub struct LeechArgs {
     /// Stop after this many seconds (default: until SIGTERM/SIGINT).
     #[arg(long)]
     pub duration_s: Option<f64>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn options_after_the_x_command_are_options() {
+        let cli = Cli::try_parse_from([
+            "hwqos-sra",
+            "find-limit",
+            "--pid",
+            "42",
+            "--event",
+            "sw.task_clock",
+            "--x-command",
+            "cat /tmp/x | head -1",
+            "--leech",
+            "cpu",
+        ])
+        .unwrap();
+        let Command::FindLimit(a) = cli.command else {
+            panic!("not find-limit")
+        };
+        assert_eq!(a.x_command, "cat /tmp/x | head -1");
+        assert_eq!(a.leech, "cpu");
+    }
 }

@@ -501,8 +501,8 @@ impl hwqos_sched::limit::Ramp for ThreadLeech {
 }
 
 fn cmd_find_limit(a: FindLimitArgs) -> anyhow::Result<()> {
-    if a.x_command.is_empty() {
-        return Err(bad("--x-command is required"));
+    if a.x_command.trim().is_empty() {
+        return Err(bad("--x-command: an empty command line"));
     }
     let catalog = hwqos_pmu::catalog::Catalog::for_this_node();
     let event = catalog.resolve(&a.event).map_err(|e| bad(e.to_string()))?;
@@ -541,7 +541,7 @@ fn cmd_find_limit(a: FindLimitArgs) -> anyhow::Result<()> {
         period: Duration::from_secs_f64(a.period_ms / 1000.0),
     };
     let mut probe = CommandProbe {
-        argv: a.x_command.clone(),
+        argv: vec!["sh".into(), "-c".into(), a.x_command.clone()],
         counter,
         stop: service.stop.clone(),
     };

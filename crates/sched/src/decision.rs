@@ -140,6 +140,7 @@ pub fn decide(topo: &Topology, model: &SensitivityModel) -> Result<Decision, Sch
     if online.is_empty() {
         return Err(SchedError::invalid("hardware model", "no online CPUs"));
     }
+    check_constraints(model, &online)?;
     let mut placer = Placer {
         topo,
         load: online.iter().map(|c| (*c, 0.0)).collect(),
@@ -308,6 +309,53 @@ pub fn decide(topo: &Topology, model: &SensitivityModel) -> Result<Decision, Sch
     contract.generated_by = Some("hwqos-sched decision engine".into());
     contract.validate()?;
     Ok(Decision { contract })
+}
+
+/// Every constraint must be one the engine can apply: its processes in the
+/// model (a constraint about a process the model lacks would be dropped
+/// without a word) and its CPUs online on the hardware model.
+fn check_constraints(model: &SensitivityModel, online: &[u32]) -> Result<(), SchedError> {
+    let known = |sel: &TargetSelector| model.processes.iter().any(|p| p.process == *sel);
+    for (i, c) in model.constraints.iter().enumerate() {
+        let what = format!("sensitivity model, constraints[{i}]");
+        let (processes, kind): (Vec<&TargetSelector>, &str) = match c {
+            Constraint::NotSameCore { process, other } => (vec![process, other], "not_same_core"),
+            Constraint::OnlyCpus { process, cpus } => {
+                let offline: Vec<u32> = cpus
+                    .iter()
+                    .copied()
+                    .filter(|c| !online.contains(c))
+                    .collect();
+                if cpus.is_empty() || offline.len() == cpus.len() {
+                    return Err(SchedError::invalid(
+                        what,
+                        format!(
+                            "only_cpus for `{process}` allows no online CPU ({cpus:?}; online: {online:?})"
+                        ),
+                    ));
+                }
+                (vec![process], "only_cpus")
+            }
+            Constraint::MaxEvents { process, quota, .. } => {
+                if *quota == 0 {
+                    return Err(SchedError::invalid(
+                        what,
+                        format!("max_events for `{process}` has a quota of 0"),
+                    ));
+                }
+                (vec![process], "max_events")
+            }
+        };
+        if let Some(missing) = processes.into_iter().find(|sel| !known(sel)) {
+            return Err(SchedError::invalid(
+                what,
+                format!(
+                    "{kind} names `{missing}`, which has no entry in `processes`: the constraint could not be applied"
+                ),
+            ));
+        }
+    }
+    Ok(())
 }
 
 fn allowed_cpus(p: &ProcessModel, model: &SensitivityModel, online: &[u32]) -> Vec<u32> {

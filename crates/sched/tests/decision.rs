@@ -211,3 +211,50 @@ fn constraints_are_honoured() {
     assert_eq!(d.contract.entries[2].quotas["sw.page_faults"], 500);
     assert_eq!(d.contract.entries[2].period_us, 20_000);
 }
+
+#[test]
+fn a_constraint_the_engine_cannot_apply_is_an_error_not_dropped() {
+    let topo = fixture("haswell-laptop");
+    let base = SensitivityModel {
+        processes: vec![proc_model("a", None), proc_model("b", None)],
+        ..SensitivityModel::default()
+    };
+    let cases = [
+        (
+            Constraint::NotSameCore {
+                process: "name:a".parse().unwrap(),
+                other: "name:ghost".parse().unwrap(),
+            },
+            "`name:ghost`, which has no entry in `processes`",
+        ),
+        (
+            Constraint::OnlyCpus {
+                process: "name:nobody".parse().unwrap(),
+                cpus: vec![1],
+            },
+            "`name:nobody`",
+        ),
+        (
+            Constraint::OnlyCpus {
+                process: "name:a".parse().unwrap(),
+                cpus: vec![64, 65],
+            },
+            "allows no online CPU",
+        ),
+        (
+            Constraint::MaxEvents {
+                process: "name:b".parse().unwrap(),
+                event: "sw.page_faults".into(),
+                quota: 0,
+                period_us: 10_000,
+            },
+            "quota of 0",
+        ),
+    ];
+    for (c, needle) in cases {
+        let mut model = base.clone();
+        model.constraints = vec![c];
+        let e = decide(&topo, &model).unwrap_err().to_string();
+        assert!(e.contains("constraints[0]") && e.contains(needle), "{e}");
+    }
+}
