@@ -5,16 +5,23 @@
 //! here is linked into the agents.
 
 use anyhow::Context;
-use std::path::Path;
+use clap::Parser;
+use std::path::PathBuf;
+
+/// Writes the man pages and shell completions of every packaged hwqos binary.
+#[derive(Debug, Parser)]
+#[command(name = "hwqos-dist-assets", version)]
+struct Args {
+    /// Directory to write `man/` and `completions/{bash,zsh,fish}/` into
+    /// (created if missing).
+    #[arg(value_name = "OUT_DIR")]
+    out: PathBuf,
+}
 
 fn main() -> anyhow::Result<()> {
-    let mut args = std::env::args_os().skip(1);
-    let out = match (args.next(), args.next()) {
-        (Some(out), None) => std::path::PathBuf::from(out),
-        _ => anyhow::bail!("usage: hwqos-dist-assets OUT_DIR"),
-    };
-    let written = hwqos_dist::write_assets(&out)
-        .with_context(|| format!("writing assets to {}", Path::new(&out).display()))?;
+    let args = Args::parse();
+    let written = hwqos_dist::write_assets(&args.out)
+        .with_context(|| format!("writing assets to {}", args.out.display()))?;
     for path in written {
         println!("{}", path.display());
     }
