@@ -269,6 +269,10 @@ fn cpu_lists() {
     assert_eq!(parse_cpu_list("7").unwrap(), vec![7]);
     assert!(parse_cpu_list("3-1").is_err());
     assert!(parse_cpu_list("a").is_err());
+    assert_eq!(parse_cpu_list(" 2, 0-1,1 ").unwrap(), vec![0, 1, 2]);
+    assert_eq!(parse_cpu_list("").unwrap(), Vec::<u32>::new());
+    let e = parse_cpu_list("0-8192").unwrap_err().to_string();
+    assert!(e.contains("CPU 8192 is above 8191"), "{e}");
     let dir = tempfile::tempdir().unwrap();
     let cpu = dir.path().join("devices/system/cpu");
     std::fs::create_dir_all(&cpu).unwrap();

@@ -8,7 +8,7 @@ use std::path::Path;
 
 /// Largest CPU number accepted from a list or mask, so a corrupt file cannot
 /// make the reader allocate without bound (Linux's `NR_CPUS` maximum is 8192).
-pub const MAX_CPU: u32 = 8191;
+pub const MAX_CPU: u32 = hwqos_pmu::target::MAX_CPU;
 
 /// The file's contents with surrounding whitespace removed; `None` if it cannot be read.
 pub fn read_trimmed(path: &Path) -> Option<String> {
@@ -22,31 +22,11 @@ pub fn read_number<T: std::str::FromStr>(path: &Path) -> Option<T> {
     read_trimmed(path)?.parse().ok()
 }
 
-/// Parses a kernel CPU list such as `0-3,8-11` or `0,2` (empty: no CPUs).
+/// Parses a kernel CPU list such as `0-3,8-11` or `0,2` (empty: no CPUs)
+/// with hwqos's one CPU-list parser ([`hwqos_pmu::target::parse_cpu_list`]).
 /// `None` if malformed or a CPU is above [`MAX_CPU`].
 pub fn parse_cpu_list(text: &str) -> Option<Vec<u32>> {
-    let text = text.trim();
-    let mut cpus = Vec::new();
-    if text.is_empty() {
-        return Some(cpus);
-    }
-    for part in text.split(',') {
-        let part = part.trim();
-        let (lo, hi) = match part.split_once('-') {
-            Some((a, b)) => (a.trim().parse::<u32>().ok()?, b.trim().parse::<u32>().ok()?),
-            None => {
-                let v = part.parse::<u32>().ok()?;
-                (v, v)
-            }
-        };
-        if lo > hi || hi > MAX_CPU {
-            return None;
-        }
-        cpus.extend(lo..=hi);
-    }
-    cpus.sort_unstable();
-    cpus.dedup();
-    Some(cpus)
+    hwqos_pmu::target::parse_cpu_list(text).ok()
 }
 
 /// Parses a kernel CPU mask such as `3` or `ff,00000001` (32-bit words, most
