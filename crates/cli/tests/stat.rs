@@ -521,8 +521,10 @@ fn a_pid_is_counted_for_as_long_as_the_command_runs() {
     assert!(still_running, "the counted process outlives the sleep");
     let lines = parse_json_lines(&counts);
     assert_eq!(lines[0]["scope"], format!("pid:{pid}"));
+    // 2000 pinned round trips: 4000 switches, plus the preemptions a busy
+    // CPU adds; the sleep after them is counted too (the pid outlives it).
     let cs = lines[0]["value"].as_f64().unwrap();
-    assert!(within(cs, 4000.0, 0.02), "{cs} context switches");
+    assert!((4000.0..4400.0).contains(&cs), "{cs} context switches");
 }
 
 #[test]
