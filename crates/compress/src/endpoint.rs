@@ -264,6 +264,13 @@ const MAX_CREDIT_MESSAGES: f64 = 200.0;
 /// Largest padding of a padded probe: 8 KiB is 66 µs at 1 Gbit/s, enough to
 /// stand out of the RTT jitter of a fast link.
 const MAX_PROBE_PAD: u32 = 8 * 1024;
+/// Messages from this size on are timed in thread CPU time, like samples:
+/// a compression preempted on a busy node (a relay read of 16 KiB took
+/// 10 ms of wall time) must not price the codec 100 times too high. Smaller
+/// ones keep the monotonic clock, whose read costs tens of ns where the
+/// CPU clock's system call costs a few hundred — a few % of a 256-byte
+/// message's compression.
+const CPU_TIMED_BYTES: usize = 4096;
 /// Longest piece of a message that a sample compresses.
 const MAX_SAMPLE_BYTES: usize = 64 * 1024;
 /// Probes sent one per message after a link change, like the first ones.
@@ -711,9 +718,16 @@ impl Endpoint {
                 .expect("negotiated codecs are registered")
                 .clone();
             self.scratch.clear();
-            let t0 = Instant::now();
-            let ok = codec.compress(msg, &mut self.scratch).is_ok();
-            let ns = t0.elapsed().as_nanos() as u64;
+            let ok;
+            let ns = if msg.len() >= CPU_TIMED_BYTES {
+                let t0 = thread_cpu_ns();
+                ok = codec.compress(msg, &mut self.scratch).is_ok();
+                thread_cpu_ns().saturating_sub(t0)
+            } else {
+                let t0 = Instant::now();
+                ok = codec.compress(msg, &mut self.scratch).is_ok();
+                t0.elapsed().as_nanos() as u64
+            };
             self.charge(ns);
             self.round_busy_ns += ns;
             if ok {
@@ -947,9 +961,16 @@ impl Endpoint {
                     .ok_or(WireError::UnknownCodec(h.codec.0))?
                     .clone();
                 let mut out = Vec::new();
-                let t0 = Instant::now();
-                codec.decompress(&frame.payload, h.uncompressed_len as usize, &mut out)?;
-                let ns = t0.elapsed().as_nanos() as u64;
+                let len = h.uncompressed_len as usize;
+                let ns = if len >= CPU_TIMED_BYTES {
+                    let t0 = thread_cpu_ns();
+                    codec.decompress(&frame.payload, len, &mut out)?;
+                    thread_cpu_ns().saturating_sub(t0)
+                } else {
+                    let t0 = Instant::now();
+                    codec.decompress(&frame.payload, len, &mut out)?;
+                    t0.elapsed().as_nanos() as u64
+                };
                 if let Some(expected) = frame.checksum {
                     let actual = crc32fast::hash(&out);
                     if actual != expected {

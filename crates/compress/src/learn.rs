@@ -200,19 +200,15 @@ impl NetworkEstimate {
         if let Some(v) = self.fixed_link_ns_per_byte {
             return Some(v);
         }
-        // A pipelined stream's probes wait behind its own standing queue:
-        // the rate at which the peer acknowledged bytes is the link's.
-        if self.bulk.is_pipelined() && self.bulk.link_ns_per_byte.is_some() {
+        // The rate at which the peer acknowledged bytes while the sender was
+        // ahead of the link is the link's, measured directly; probes on a
+        // stream that had such a backlog waited behind it (their difference
+        // was noise: 0, or tens of µs per byte when the queue moved between
+        // a small and a padded probe).
+        if self.bulk.link_ns_per_byte.is_some() {
             return self.bulk.link_ns_per_byte;
         }
-        let probed = self.probed_link_ns_per_byte();
-        match (probed, self.bulk.link_ns_per_byte) {
-            // A zero from probes is noise where the transport measured a
-            // rate (the link cannot be free).
-            (Some(p), Some(b)) if p <= 0.0 => Some(b),
-            (None, Some(b)) => Some(b),
-            (p, _) => p,
-        }
+        self.probed_link_ns_per_byte()
     }
 
     /// The link cost from the probes alone (see [`Self::link_ns_per_byte`]).

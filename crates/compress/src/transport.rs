@@ -28,6 +28,10 @@ pub struct TransportSample {
     pub acked_bytes: u64,
     /// Smoothed round-trip time (TCP: `tcpi_rtt`), ns.
     pub rtt_ns: Option<u64>,
+    /// Time the sender spent limited by the peer's receive window since the
+    /// connection started (TCP: `tcpi_rwnd_limited`, kernel 4.10+), ns: a
+    /// peer that does not read fast enough, not the link.
+    pub peer_limited_ns: Option<u64>,
 }
 
 /// A source of [`TransportSample`]s for [`crate::Endpoint::set_transport`].
@@ -77,11 +81,13 @@ impl TransportInfo for TcpInfo {
         if len < needed {
             return None;
         }
+        let rwnd = std::mem::offset_of!(libc::tcp_info, tcpi_rwnd_limited) + 8;
         Some(TransportSample {
             at_ns: self.epoch.elapsed().as_nanos() as u64,
             unsent_bytes: u64::from(info.tcpi_notsent_bytes),
             acked_bytes: info.tcpi_bytes_acked,
             rtt_ns: (info.tcpi_rtt > 0).then(|| u64::from(info.tcpi_rtt) * 1000),
+            peer_limited_ns: (len >= rwnd).then(|| info.tcpi_rwnd_limited.saturating_mul(1000)),
         })
     }
 }
@@ -89,6 +95,10 @@ impl TransportInfo for TcpInfo {
 /// Shortest stretch of continuous backlog that measures the link's rate:
 /// ACKs arrive in bursts (delayed ACKs, GRO), so shorter stretches are noisy.
 pub const MIN_BACKLOG_INTERVAL_NS: u64 = 10_000_000;
+
+/// Fewest bytes acknowledged over a stretch of backlog for its rate to
+/// count (keeps the stretch's start until then).
+pub const MIN_STRETCH_BYTES: u64 = 64 * 1024;
 
 /// Fewest bytes acknowledged over an interval for its rate to bound the
 /// link's cost (fewer could all have been in flight at its start).
@@ -163,15 +173,33 @@ impl BulkEstimate {
             return;
         }
         let acked = s.acked_bytes.saturating_sub(start.acked_bytes);
-        if acked > 0 {
-            let v = dt as f64 / acked as f64;
-            self.stretches += 1;
-            let w = (1.0 / self.stretches as f64).max(0.3);
-            self.link_ns_per_byte = Some(match self.link_ns_per_byte {
-                Some(old) => old + w * (v - old),
-                None => v,
-            });
+        // A handful of bytes acknowledged in a stretch (the peer not reading
+        // yet, at the start) says nothing about the link's rate: one such
+        // stretch once priced the link at 14 µs per byte.
+        if acked < MIN_STRETCH_BYTES {
+            return;
         }
+        // A stretch in which the peer's receive window held the sender back
+        // for more than a quarter of the time measured the peer (a
+        // receiver short of CPU), not the link: it is not counted.
+        if let (Some(a), Some(b)) = (start.peer_limited_ns, s.peer_limited_ns) {
+            if b.saturating_sub(a) > dt / 4 {
+                self.start = Some(s);
+                return;
+            }
+        }
+        let mut v = dt as f64 / acked as f64;
+        // One stretch moves the estimate by at most 4× (a stall of the
+        // whole pipeline is not a slower link).
+        if let Some(old) = self.link_ns_per_byte {
+            v = v.clamp(old / 4.0, old * 4.0);
+        }
+        self.stretches += 1;
+        let w = (1.0 / self.stretches as f64).max(0.3);
+        self.link_ns_per_byte = Some(match self.link_ns_per_byte {
+            Some(old) => old + w * (v - old),
+            None => v,
+        });
         self.start = Some(s);
     }
 

@@ -20,6 +20,7 @@ fn backlogged(b: &mut BulkEstimate, ns_per_byte: f64, ms: u64) {
             unsent_bytes: 1 << 20,
             acked_bytes: (at_ns as f64 / ns_per_byte) as u64,
             rtt_ns: Some(30_000_000),
+            peer_limited_ns: None,
         });
     }
 }
@@ -40,6 +41,7 @@ fn a_backlogged_sender_measures_the_link_from_acknowledged_bytes() {
             unsent_bytes: 0,
             acked_bytes: i * 1000,
             rtt_ns: None,
+            peer_limited_ns: None,
         });
     }
     assert!(!idle.is_pipelined());
@@ -103,6 +105,7 @@ fn on_a_pipelined_stream_codecs_rank_by_their_slowest_stage() {
             unsent_bytes: 0,
             acked_bytes: 0,
             rtt_ns: None,
+            peer_limited_ns: None,
         });
     }
     assert!(!l.pipelined());
@@ -158,6 +161,7 @@ fn bulk_run(transport: bool) -> std::collections::BTreeMap<String, u64> {
                 unsent_bytes: 4 << 20,
                 acked_bytes: at_ns / 80,
                 rtt_ns: Some(40_000_000),
+                peer_limited_ns: None,
             });
         }
         let mut out = Vec::new();
@@ -199,6 +203,7 @@ fn a_link_estimate_that_the_peer_outpaces_comes_down_without_a_backlog() {
             unsent_bytes: 0,
             acked_bytes: acked0 + (dt as f64 / 80.0) as u64,
             rtt_ns: None,
+            peer_limited_ns: None,
         });
     }
     let v = b.link_ns_per_byte.unwrap();
