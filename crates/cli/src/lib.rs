@@ -10,6 +10,7 @@
 //! - [`record`]: recordings made with the monitor engine;
 //! - [`report`], [`plot`]: summaries and SVG plots of recordings;
 //! - [`probe`]: `hwqos probe`, the node's hardware model (hwqos-topology);
+//! - [`progress`]: progress bars of the long steps (only on a terminal);
 //! - [`error`]: exit codes (2 for usage and configuration errors).
 
 pub mod args;
@@ -18,6 +19,7 @@ pub mod error;
 pub mod list;
 pub mod plot;
 pub mod probe;
+pub mod progress;
 pub mod record;
 pub mod report;
 pub mod stat;

@@ -56,9 +56,18 @@ pub fn run(args: &ProbeArgs, out: &mut dyn Write) -> Result<u8> {
             timer_max_ms: args.timer_max_ms,
             ..ProbeOptions::default()
         };
-        Some(probe::run(&kinds, &options, |k| {
-            eprintln!("hwqos probe: {k} …");
-        }))
+        let bar = crate::progress::steps(kinds.len() as u64, "hwqos probe");
+        let mut started = 0;
+        let measured = probe::run(&kinds, &options, |k| {
+            if bar.is_hidden() {
+                eprintln!("hwqos probe: {k} …");
+            }
+            bar.set_position(started);
+            bar.set_message(k.to_string());
+            started += 1;
+        });
+        bar.finish_and_clear();
+        Some(measured)
     };
     let model = HardwareModel::new(topology, os, measured);
     if let Some(path) = &args.output {

@@ -220,10 +220,15 @@ pub fn run(args: &RecordArgs) -> Result<u8> {
         }
         None => None,
     };
+    let bar = duration.map(|d| crate::progress::timed(d, "hwqos record"));
     let mut status = 0;
     loop {
         ticker.wait();
         write(sampler.sample(Timestamp::now()), &mut writer)?;
+        if let Some(bar) = &bar {
+            bar.set_position(start.elapsed().as_millis() as u64);
+            bar.set_message(format!("{} frames", writer.frames_written()));
+        }
         if let Some(rx) = &waiter {
             match rx.try_recv() {
                 Ok(code) => {
@@ -240,6 +245,9 @@ pub fn run(args: &RecordArgs) -> Result<u8> {
         if child::interrupted() || duration.is_some_and(|d| start.elapsed() >= d) {
             break;
         }
+    }
+    if let Some(bar) = bar {
+        bar.finish_and_clear();
     }
     let frames = writer.frames_written();
     let elapsed = start.elapsed().as_secs_f64();

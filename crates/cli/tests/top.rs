@@ -1,6 +1,7 @@
-//! `hwqos top` in a real terminal: tmux runs it in a detached session of a
-//! given size, `send-keys` types, `capture-pane` reads the screen. Every wait
-//! is a bounded poll of the screen, never a fixed sleep.
+//! `hwqos top` (and the progress bars of the long commands) in a real
+//! terminal: tmux runs it in a detached session of a given size, `send-keys`
+//! types, `capture-pane` reads the screen. Every wait is a bounded poll of
+//! the screen, never a fixed sleep.
 //!
 //! tmux is required (`apt-get install tmux`; `scripts/test.sh` installs it);
 //! without it these tests fail, unless `HWQOS_SKIP_TMUX=1` is set.
@@ -384,4 +385,40 @@ fn log_messages_are_held_off_the_screen_and_shown_at_exit() {
     t.keys(&["q"]);
     let screen = t.wait_for_exit(0);
     assert!(screen.contains("target gone"), "{screen}");
+}
+
+#[test]
+fn record_shows_its_progress_on_a_terminal_and_nothing_in_a_pipe() {
+    if !tmux_or_skip() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let rec = dir.path().join("r.jsonl");
+    let t = Tmux::start(
+        100,
+        10,
+        &format!("{HWQOS} record -a -F 10 --duration 4 -o {}", rec.display()),
+    );
+    let screen = t.wait_for("the record progress bar", |s| {
+        s.contains("hwqos record: [") && s.contains("frames")
+    });
+    assert!(
+        screen.contains("/4s"),
+        "the bar knows the duration: {screen}"
+    );
+    let done = t.wait_for_exit(0);
+    assert!(
+        !done.contains("hwqos record: ["),
+        "the bar is cleared: {done}"
+    );
+    assert!(done.contains("Hz achieved"), "{done}");
+    // Not a terminal: no bar, no carriage returns or escape codes.
+    let o = Command::new(HWQOS)
+        .args(["record", "-a", "-F", "10", "--duration", "0.5", "-o"])
+        .arg(&rec)
+        .output()
+        .unwrap();
+    assert!(o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!err.contains('\r') && !err.contains('\u{1b}'), "{err:?}");
 }
