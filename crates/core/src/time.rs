@@ -59,33 +59,14 @@ pub fn process_cpu_ns() -> u64 {
     clock_ns(libc::CLOCK_PROCESS_CPUTIME_ID) as u64
 }
 
-/// Formats wall-clock nanoseconds as RFC 3339 UTC with microseconds.
+/// Formats wall-clock nanoseconds as RFC 3339 UTC with microseconds
+/// (`2026-11-26T17:09:30.375821Z`), through jiff.
 pub fn format_rfc3339(wall_ns: i64) -> String {
-    let secs = wall_ns.div_euclid(1_000_000_000);
-    let micros = wall_ns.rem_euclid(1_000_000_000) / 1000;
-    let days = secs.div_euclid(86_400);
-    let sod = secs.rem_euclid(86_400);
-    let (y, m, d) = civil_from_days(days);
-    format!(
-        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{micros:06}Z",
-        sod / 3600,
-        sod % 3600 / 60,
-        sod % 60
-    )
-}
-
-// Howard Hinnant's days-to-civil algorithm.
-fn civil_from_days(z: i64) -> (i64, u32, u32) {
-    let z = z + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let y = yoe + era * 400;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
-    (if m <= 2 { y + 1 } else { y }, m, d)
+    // Every i64 of nanoseconds (years 1677 to 2262) is a valid jiff timestamp.
+    match jiff::Timestamp::from_nanosecond(i128::from(wall_ns)) {
+        Ok(ts) => format!("{ts:.6}"),
+        Err(_) => format!("(invalid time {wall_ns} ns)"),
+    }
 }
 
 #[cfg(test)]
@@ -111,5 +92,7 @@ mod tests {
             format_rfc3339(951_782_400_000_000_000),
             "2000-02-29T00:00:00.000000Z"
         );
+        assert_eq!(format_rfc3339(-1), "1969-12-31T23:59:59.999999Z");
+        assert_eq!(format_rfc3339(i64::MAX), "2262-04-11T23:47:16.854775Z");
     }
 }
