@@ -26,7 +26,8 @@ pub struct TransportSample {
     /// Bytes the peer acknowledged since the connection started (TCP:
     /// `tcpi_bytes_acked`).
     pub acked_bytes: u64,
-    /// Smoothed round-trip time (TCP: `tcpi_rtt`), ns.
+    /// Lowest round-trip time seen (TCP: `tcpi_min_rtt`), ns: the path
+    /// without queues.
     pub rtt_ns: Option<u64>,
     /// Time the sender spent limited by the peer's receive window since the
     /// connection started (TCP: `tcpi_rwnd_limited`, kernel 4.10+), ns: a
@@ -86,7 +87,7 @@ impl TransportInfo for TcpInfo {
             at_ns: self.epoch.elapsed().as_nanos() as u64,
             unsent_bytes: u64::from(info.tcpi_notsent_bytes),
             acked_bytes: info.tcpi_bytes_acked,
-            rtt_ns: (info.tcpi_rtt > 0).then(|| u64::from(info.tcpi_rtt) * 1000),
+            rtt_ns: (info.tcpi_min_rtt > 0).then(|| u64::from(info.tcpi_min_rtt) * 1000),
             peer_limited_ns: (len >= rwnd).then(|| info.tcpi_rwnd_limited.saturating_mul(1000)),
         })
     }
@@ -95,6 +96,9 @@ impl TransportInfo for TcpInfo {
 /// Shortest stretch of continuous backlog that measures the link's rate:
 /// ACKs arrive in bursts (delayed ACKs, GRO), so shorter stretches are noisy.
 pub const MIN_BACKLOG_INTERVAL_NS: u64 = 10_000_000;
+
+/// Measurements of the link's cost the estimate is the lowest of.
+pub const RECENT_STRETCHES: usize = 8;
 
 /// Fewest bytes acknowledged over a stretch of backlog for its rate to
 /// count (keeps the stretch's start until then).
@@ -110,9 +114,11 @@ pub struct BulkEstimate {
     /// Share of recent readings that found the sender backlogged
     /// (moving average, weight 0.1 per reading).
     pub backlogged: f64,
-    /// Link cost (ns per wire byte) from acknowledged bytes over stretches
-    /// of continuous backlog (moving average, weight 0.3), if measured.
+    /// Link cost (ns per wire byte): the lowest of the recent measurements
+    /// (see [`BulkEstimate::observe`]), if any.
     pub link_ns_per_byte: Option<f64>,
+    /// The last [`RECENT_STRETCHES`] measurements (ns per byte).
+    recent: std::collections::VecDeque<f64>,
     /// Share of the recent rounds' wall time this end spent compressing
     /// (moving average, weight 0.3 per round; see
     /// [`BulkEstimate::observe_round`]).
@@ -147,8 +153,8 @@ impl BulkEstimate {
                 let dt = s.at_ns.saturating_sub(a.at_ns);
                 let acked = s.acked_bytes.saturating_sub(a.acked_bytes);
                 if dt >= MIN_BACKLOG_INTERVAL_NS && acked >= MIN_BOUND_BYTES {
-                    if let Some(v) = self.link_ns_per_byte.as_mut() {
-                        *v = v.min(dt as f64 / acked as f64);
+                    if self.link_ns_per_byte.is_some() {
+                        self.record(dt as f64 / acked as f64);
                     }
                     self.any_start = Some(s);
                 } else if dt >= 1_000_000_000 {
@@ -169,7 +175,11 @@ impl BulkEstimate {
             return;
         };
         let dt = s.at_ns.saturating_sub(start.at_ns);
-        if dt < MIN_BACKLOG_INTERVAL_NS {
+        // Bytes already past the bottleneck at the start are acknowledged
+        // within the stretch too: a stretch of several path RTTs keeps them
+        // a small part of what it counts.
+        let min_dt = MIN_BACKLOG_INTERVAL_NS.max(4 * start.rtt_ns.unwrap_or(0));
+        if dt < min_dt {
             return;
         }
         let acked = s.acked_bytes.saturating_sub(start.acked_bytes);
@@ -188,19 +198,22 @@ impl BulkEstimate {
                 return;
             }
         }
-        let mut v = dt as f64 / acked as f64;
-        // One stretch moves the estimate by at most 4× (a stall of the
-        // whole pipeline is not a slower link).
-        if let Some(old) = self.link_ns_per_byte {
-            v = v.clamp(old / 4.0, old * 4.0);
-        }
         self.stretches += 1;
-        let w = (1.0 / self.stretches as f64).max(0.3);
-        self.link_ns_per_byte = Some(match self.link_ns_per_byte {
-            Some(old) => old + w * (v - old),
-            None => v,
-        });
+        self.record(dt as f64 / acked as f64);
         self.start = Some(s);
+    }
+
+    /// Every measurement is the link's cost plus whatever held the
+    /// pipeline up (a retransmission timeout after a tail drop at the
+    /// rate limiter stalled one start for 280 ms; a busy peer): the lowest
+    /// of the recent ones is the link's, as BBR keeps the highest recent
+    /// delivery rate.
+    fn record(&mut self, v: f64) {
+        if self.recent.len() == RECENT_STRETCHES {
+            self.recent.pop_front();
+        }
+        self.recent.push_back(v);
+        self.link_ns_per_byte = self.recent.iter().copied().reduce(f64::min);
     }
 
     /// A round ended that took `wall_ns`, of which this end spent

@@ -19,7 +19,7 @@ fn backlogged(b: &mut BulkEstimate, ns_per_byte: f64, ms: u64) {
             at_ns,
             unsent_bytes: 1 << 20,
             acked_bytes: (at_ns as f64 / ns_per_byte) as u64,
-            rtt_ns: Some(30_000_000),
+            rtt_ns: Some(2_000_000),
             peer_limited_ns: None,
         });
     }
@@ -30,6 +30,20 @@ fn a_backlogged_sender_measures_the_link_from_acknowledged_bytes() {
     let mut b = BulkEstimate::default();
     backlogged(&mut b, 80.0, 200); // 100 Mbit/s
     assert!(b.is_pipelined());
+    let v = b.link_ns_per_byte.unwrap();
+    assert!((v - 80.0).abs() < 1.0, "{v}");
+    // A stall (a retransmission timeout: nothing acknowledged for 280 ms,
+    // the queue full) is not a slower link.
+    let (t, acked) = (300_000_000u64, (200_000_000.0 / 80.0) as u64);
+    for (dt, extra) in [(0, 0), (280_000_000, 0), (300_000_000, 250_000)] {
+        b.observe(TransportSample {
+            at_ns: t + dt,
+            unsent_bytes: 1 << 20,
+            acked_bytes: acked + extra,
+            rtt_ns: Some(2_000_000),
+            peer_limited_ns: None,
+        });
+    }
     let v = b.link_ns_per_byte.unwrap();
     assert!((v - 80.0).abs() < 1.0, "{v}");
     // A sender whose queue runs dry at every reading writes slower than
@@ -160,7 +174,7 @@ fn bulk_run(transport: bool) -> std::collections::BTreeMap<String, u64> {
                 at_ns,
                 unsent_bytes: 4 << 20,
                 acked_bytes: at_ns / 80,
-                rtt_ns: Some(40_000_000),
+                rtt_ns: Some(1_000_000),
                 peer_limited_ns: None,
             });
         }
