@@ -13,9 +13,11 @@
 //! - [`recording`]: recordings on disk (JSON lines with a schema header, CSV);
 //! - [`stats`], [`filter`]: descriptive statistics, Student-t confidence intervals,
 //!   Pearson correlation, Butterworth filtering;
-//! - [`mem`]: fresh anonymous pages with a known page-fault count.
+//! - [`mem`]: fresh anonymous pages with a known page-fault count;
+//! - [`fs`]: reading user-given files safely (regular files only, bounded).
 
 pub mod filter;
+pub mod fs;
 pub mod mem;
 pub mod metric;
 pub mod recording;

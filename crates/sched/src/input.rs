@@ -3,58 +3,25 @@
 //! `O_NONBLOCK`, refused before any read).
 
 use crate::SchedError;
-use std::io::Read;
-use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
 use std::path::Path;
 
 /// Default bound for a contract or configuration file.
 pub const MAX_INPUT_BYTES: u64 = 16 << 20;
 
-/// Reads `path` as UTF-8 text: a regular file of at most `max` bytes.
-/// Devices (`/dev/zero`), FIFOs, sockets and directories are refused with
-/// an error naming the path and what it is.
+/// Reads `path` as UTF-8 text: a regular file of at most `max` bytes
+/// ([`hwqos_core::fs::read_text_bounded`]). Devices (`/dev/zero`), FIFOs,
+/// sockets and directories are refused with an error naming the path and
+/// what it is.
 pub fn read_regular(path: &Path, max: u64) -> Result<String, SchedError> {
-    let file_err = |e| SchedError::File {
-        path: path.to_path_buf(),
-        source: e,
-    };
-    let bad = |reason: String| SchedError::invalid(format!("file {}", path.display()), reason);
-    let file = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
-        .open(path)
-        .map_err(file_err)?;
-    let meta = file.metadata().map_err(file_err)?;
-    let ft = meta.file_type();
-    if !ft.is_file() {
-        let kind = if ft.is_dir() {
-            "a directory"
-        } else if ft.is_fifo() {
-            "a FIFO"
-        } else if ft.is_char_device() {
-            "a character device"
-        } else if ft.is_block_device() {
-            "a block device"
-        } else if ft.is_socket() {
-            "a socket"
-        } else {
-            "a special file"
-        };
-        return Err(bad(format!("not a regular file ({kind})")));
-    }
-    if meta.len() > max {
-        return Err(bad(format!("{} bytes (at most {max})", meta.len())));
-    }
-    let mut bytes = Vec::new();
-    // The file may grow between the stat and the read: read one byte more
-    // than the bound to notice.
-    file.take(max + 1)
-        .read_to_end(&mut bytes)
-        .map_err(file_err)?;
-    if bytes.len() as u64 > max {
-        return Err(bad(format!("more than {max} bytes")));
-    }
-    String::from_utf8(bytes).map_err(|e| bad(format!("not UTF-8 text: {e}")))
+    hwqos_core::fs::read_text_bounded(path, max).map_err(|e| match e.kind() {
+        std::io::ErrorKind::InvalidInput | std::io::ErrorKind::InvalidData => {
+            SchedError::invalid(format!("file {}", path.display()), e.to_string())
+        }
+        _ => SchedError::File {
+            path: path.to_path_buf(),
+            source: e,
+        },
+    })
 }
 
 /// Checks that no JSON object in `text` has a key twice (serde_json keeps
@@ -134,7 +101,7 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(
-            e.contains("/dev/zero") && e.contains("not a regular file (a character device)"),
+            e.contains("/dev/zero") && e.contains("a character device, not a regular file"),
             "{e}"
         );
         let fifo = dir.path().join("f");
@@ -148,7 +115,7 @@ mod tests {
         let big = dir.path().join("big");
         std::fs::write(&big, vec![b'x'; 2000]).unwrap();
         let e = read_regular(&big, 1024).unwrap_err().to_string();
-        assert!(e.contains("2000 bytes (at most 1024)"), "{e}");
+        assert!(e.contains("larger than 1024 bytes"), "{e}");
         std::fs::write(&big, "{}").unwrap();
         assert_eq!(read_regular(&big, 1024).unwrap(), "{}");
     }
