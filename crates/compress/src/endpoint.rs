@@ -10,7 +10,7 @@ use crate::codec::{Codec, CodecId, Registry};
 use crate::learn::Learner;
 use crate::policy::{AdaptiveTuning, PolicyKind, Selector};
 use crate::throttle::{CpuLoad, SharedThrottle, Throttle, ThrottleConfig};
-use crate::transport::{TransportInfo, TransportSample};
+use crate::transport::{TransportInfo, TransportSample, LINK_PROBE_NS};
 use crate::wire::{
     write_control, DecompressReport, FrameKind, Header, Hello, Limits, Probe, ProbeReply, RawFrame,
     WireError, DEFAULT_MAX_MESSAGE, FLAG_CHECKSUM,
@@ -133,6 +133,9 @@ pub struct StreamStats {
     /// from bytes the peer acknowledged while it was.
     pub pipelined: bool,
     pub backlogged: f64,
+    /// Link probes: stretches sent with the cheapest codec by a pipelined
+    /// sender that had not been ahead of the link for a while.
+    pub link_probes: u64,
     pub delivered_link_ns_per_byte: Option<f64>,
 }
 
@@ -334,6 +337,9 @@ pub struct Endpoint {
     last_transport_ns: Option<u64>,
     /// Time this end spent compressing in this round (messages and samples).
     round_busy_ns: u64,
+    /// A link probe (see `BulkEstimate::link_probe_due`): until when, and
+    /// the transport's measurement count when it started.
+    link_probe: Option<(u64, u64)>,
 }
 
 /// Shortest interval between two transport readings (a `TCP_INFO` call
@@ -405,6 +411,7 @@ impl Endpoint {
             transport: None,
             last_transport_ns: None,
             round_busy_ns: 0,
+            link_probe: None,
             config,
         }
     }
@@ -571,6 +578,30 @@ impl Endpoint {
         self.learner.net.bulk.observe(sample);
     }
 
+    /// During a link probe, the cheapest compressing codec instead of `chosen`.
+    fn link_probe_codec(&mut self, chosen: CodecId) -> CodecId {
+        let now = self.now_ns();
+        let bulk = &mut self.learner.net.bulk;
+        if self.link_probe.is_none() && bulk.link_probe_due() {
+            bulk.start_link_probe();
+            self.link_probe = Some((now + LINK_PROBE_NS, bulk.measurements()));
+            self.stats.link_probes += 1;
+        }
+        match self.link_probe {
+            Some((until, at)) if now < until && bulk.measurements() == at => self
+                .send_codecs
+                .iter()
+                .copied()
+                .find(|&c| c != CodecId::NONE)
+                .unwrap_or(chosen),
+            Some(_) => {
+                self.link_probe = None;
+                chosen
+            }
+            None => chosen,
+        }
+    }
+
     fn poll_transport(&mut self) {
         let Some(t) = self.transport.as_mut() else {
             return;
@@ -706,6 +737,9 @@ impl Endpoint {
         let start_len = out.len();
         self.learner.observe_message_size(msg.len());
         let mut codec_id = self.selector.pick();
+        if self.config.policy == PolicyKind::Adaptive {
+            codec_id = self.link_probe_codec(codec_id);
+        }
         if codec_id != CodecId::NONE && !self.budget_left() {
             codec_id = CodecId::NONE;
             self.stats.throttled_messages += 1;

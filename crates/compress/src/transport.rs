@@ -97,6 +97,12 @@ impl TransportInfo for TcpInfo {
 /// ACKs arrive in bursts (delayed ACKs, GRO), so shorter stretches are noisy.
 pub const MIN_BACKLOG_INTERVAL_NS: u64 = 10_000_000;
 
+/// Longest a pipelined sender goes without a backlog before it probes the
+/// link (see [`BulkEstimate::link_probe_due`]).
+pub const LINK_PROBE_EVERY_NS: u64 = 500_000_000;
+/// Longest a link probe lasts.
+pub const LINK_PROBE_NS: u64 = 50_000_000;
+
 /// Measurements of the link's cost the estimate is the lowest of.
 pub const RECENT_STRETCHES: usize = 8;
 
@@ -119,6 +125,10 @@ pub struct BulkEstimate {
     pub link_ns_per_byte: Option<f64>,
     /// The last [`RECENT_STRETCHES`] measurements (ns per byte).
     recent: std::collections::VecDeque<f64>,
+    /// When the last reading was taken and when the link was last measured
+    /// (or a link probe started), on the readings' clock.
+    last_at_ns: u64,
+    measured_at_ns: u64,
     /// Share of the recent rounds' wall time this end spent compressing
     /// (moving average, weight 0.3 per round; see
     /// [`BulkEstimate::observe_round`]).
@@ -138,6 +148,7 @@ impl BulkEstimate {
     /// Takes one reading.
     pub fn observe(&mut self, s: TransportSample) {
         self.readings += 1;
+        self.last_at_ns = s.at_ns;
         let backlogged = s.unsent_bytes > 0;
         let w = (1.0 / self.readings as f64).max(0.1);
         self.backlogged += w * (f64::from(u8::from(backlogged)) - self.backlogged);
@@ -199,8 +210,32 @@ impl BulkEstimate {
             }
         }
         self.stretches += 1;
+        self.measured_at_ns = s.at_ns;
         self.record(dt as f64 / acked as f64);
         self.start = Some(s);
+    }
+
+    /// A pipelined sender that has not been backlogged for
+    /// [`LINK_PROBE_EVERY_NS`] (it compresses more slowly than it believes
+    /// the link sends) cannot see a link faster than that belief: what the
+    /// peer acknowledges is then its own output rate. Time to send a
+    /// stretch with the cheapest codec, which backlogs any link the belief
+    /// undervalued and measures it (like BBR's bandwidth probing).
+    pub fn link_probe_due(&self) -> bool {
+        self.is_pipelined()
+            && !self.is_backlogged()
+            && self.link_ns_per_byte.is_some()
+            && self.last_at_ns.saturating_sub(self.measured_at_ns) >= LINK_PROBE_EVERY_NS
+    }
+
+    /// A link probe starts now (the next one is due in [`LINK_PROBE_EVERY_NS`]).
+    pub fn start_link_probe(&mut self) {
+        self.measured_at_ns = self.last_at_ns;
+    }
+
+    /// Stretches of backlog measured so far.
+    pub fn measurements(&self) -> u64 {
+        self.stretches
     }
 
     /// Every measurement is the link's cost plus whatever held the

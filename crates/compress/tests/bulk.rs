@@ -223,3 +223,29 @@ fn a_link_estimate_that_the_peer_outpaces_comes_down_without_a_backlog() {
     let v = b.link_ns_per_byte.unwrap();
     assert!(v <= 81.0, "{v}");
 }
+
+#[test]
+fn a_cpu_bound_pipeline_probes_the_link_every_half_second() {
+    let mut b = BulkEstimate::default();
+    backlogged(&mut b, 300.0, 100);
+    // Now compressing more slowly than the link (no backlog), busy.
+    for _ in 0..10 {
+        b.observe_round(1_000_000, 1_000_000);
+    }
+    let mut due = Vec::new();
+    for i in 1..=120u64 {
+        b.observe(TransportSample {
+            at_ns: 100_000_000 + i * 10_000_000,
+            unsent_bytes: 0,
+            acked_bytes: 1 << 20,
+            rtt_ns: Some(2_000_000),
+            peer_limited_ns: None,
+        });
+        if b.link_probe_due() {
+            due.push(i);
+            b.start_link_probe();
+        }
+    }
+    // 500 ms after the last measurement, then every 500 ms.
+    assert_eq!(due, vec![50, 100], "{due:?}");
+}
