@@ -256,15 +256,17 @@ def jitter(seconds, rate=100):
     status = api_request(os.path.join(d, "api.sock"), {"op": "status"})
     stop(mon)
     control = cyclictest_summary(control)
-    path = [p for p in flushed.get("paths", []) if p.endswith(".jsonl")][0]
+    # One flush appends to this run's segments; a large one spans several.
+    paths = [p for p in flushed.get("paths", []) if p.endswith(".jsonl")]
     period = 1e9 / rate
     seqs, monos = [], []
-    with open(path) as f:
-        next(f)  # header
-        for line in f:
-            fr = json.loads(line)
-            seqs.append(fr["seq"])
-            monos.append(fr["time"]["mono_ns"])
+    for path in paths:
+        with open(path) as f:
+            next(f)  # header
+            for line in f:
+                fr = json.loads(line)
+                seqs.append(fr["seq"])
+                monos.append(fr["time"]["mono_ns"])
     offsets = [m - s * period for s, m in zip(seqs, monos)]
     origin = min(offsets)
     late_us = [(o - origin) / 1000 for o in offsets]

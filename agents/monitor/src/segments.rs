@@ -744,6 +744,7 @@ mod tests {
     use crate::db::FrameDb;
     use hwqos_core::recording::{self, RecordedBackend};
     use hwqos_core::CounterReading;
+    use std::time::Instant;
 
     /// A frame of `n` CPUs with a software counter and a gauge each.
     fn frame(seq: u64, n: u32, metric: &'static str) -> Arc<Frame> {
@@ -1164,5 +1165,79 @@ mod tests {
         assert!(!is_segment_name("hwqos-node-20260101T000000Z-41.jsonl"));
         assert!(!is_segment_name("other-1.000001.jsonl"));
         assert!(!is_segment_name("hwqos-x.12.jsonl"));
+    }
+
+    /// The figure in docs/monitor.md: bytes one flush writes at 30,000 frames
+    /// of 100 processes, the first (the whole database, what every flush
+    /// wrote before flushes appended) and one 1 s later at 10 Hz.
+    /// `cargo test -p hwqos-monitor --lib -- --ignored --nocapture figure_`
+    #[test]
+    #[ignore = "prints a figure; about 6 minutes and 2.6 GB of disk in a debug build"]
+    fn figure_bytes_per_flush_at_30000_frames() {
+        let mut x = Fixture::new(30_000);
+        x.db.set_limits(30_000, 1 << 30);
+        let procs = |seq: u64| {
+            let t = Timestamp {
+                mono_ns: seq * 100_000_000,
+                wall_ns: 1_700_000_000_000_000_000 + seq as i64 * 100_000_000,
+            };
+            let mut samples = Vec::new();
+            let mut labels = Vec::new();
+            for pid in 1000..1100u32 {
+                let scope = Scope::Process { pid };
+                for m in ["sw.task_clock", "sw.page_faults", "sw.context_switches"] {
+                    samples.extend(Sample::counter(
+                        t,
+                        scope.clone(),
+                        MetricName::from_static(m),
+                        CounterReading {
+                            raw: seq * 1000 + u64::from(pid),
+                            time_enabled: 100_000_000,
+                            time_running: 100_000_000,
+                        },
+                    ));
+                }
+                samples.push(Sample::gauge(
+                    t,
+                    scope.clone(),
+                    MetricName::from_static("os.proc.cpu"),
+                    0.25,
+                ));
+                labels.push(hwqos_core::ScopeLabel {
+                    scope,
+                    name: format!("worker-{pid}"),
+                });
+            }
+            Arc::new(Frame {
+                seq,
+                time: t,
+                interval_ns: 100_000_000,
+                samples,
+                labels,
+            })
+        };
+        for seq in 0..30_000 {
+            x.db.push(procs(seq));
+        }
+        let t = Instant::now();
+        let whole = x.flush_with(&header(&["sw.task_clock"]), &[Format::Jsonl]);
+        let whole_s = t.elapsed().as_secs_f64();
+        for seq in 30_000..30_010 {
+            x.db.push(procs(seq));
+        }
+        let t = Instant::now();
+        let next = x.flush_with(&header(&["sw.task_clock"]), &[Format::Jsonl]);
+        let next_s = t.elapsed().as_secs_f64();
+        println!(
+            "FIGURE database {} frames, {} MB encoded; first flush (whole database): {} frames, {} bytes, {whole_s:.2} s; \
+             next flush after 10 new frames: {} frames, {} bytes, {next_s:.3} s (JSON lines only)",
+            x.db.len(),
+            x.db.bytes() / 1_000_000,
+            whole.frames,
+            whole.bytes,
+            next.frames,
+            next.bytes
+        );
+        assert_eq!(next.frames, 10);
     }
 }
