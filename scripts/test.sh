@@ -33,6 +33,8 @@ cargo clippy --workspace --all-targets --locked -- -D warnings
 cargo test --workspace --locked
 # perf's own CSV and JSON output linters on `hwqos stat` (built by cargo test).
 ./scripts/perf-output-lint target/debug/hwqos
+# The agents attacked on loopback, outcomes asserted (binaries from cargo test): docs/reliability.md.
+./scripts/reliability
 ./deploy/verify-units.sh
 ./scripts/fuzz.sh 30
 ./kernel-patch/test.sh
