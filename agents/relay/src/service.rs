@@ -355,6 +355,10 @@ async fn link_handshake(
     if let Some(key) = &shared.psk {
         auth::handshake(&mut link, key, role).await?;
     }
+    // The link socket's TCP_INFO tells a backlogged sender the link's rate
+    // (issue 25, docs/compression.md "Bulk streams"); the socket outlives
+    // the stream's sends.
+    let link_fd = std::os::fd::AsRawFd::as_raw_fd(&link);
     let (lr, lw) = link.into_split();
     let stream = AsyncMessageStream::handshake(
         CountingReader::new(lr, link_in),
@@ -364,6 +368,9 @@ async fn link_handshake(
     )
     .await
     .context("handshake with the peer relay")?;
+    stream
+        .handle()
+        .with(|ep| ep.set_transport(Some(Box::new(hwqos_compress::TcpInfo::new(link_fd)))));
     Ok(stream)
 }
 
