@@ -8,10 +8,13 @@
 #
 # The relay is the release build (a debug build's codecs are several times
 # slower: that would measure the compiler, which is why this is a script and
-# not a cargo test) with its default configuration but for cpu_target = 0:
-# zstd has no CPU throttle, and on a node busy with other work the throttle
-# rightly stops compressing (its behaviour has its own tests). Bounded:
-# about 20 s after the build, 300 s at most.
+# not a cargo test) with its default configuration but for two keys:
+# cpu_target = 0 (zstd has no CPU throttle, and on a node busy with other
+# work the throttle rightly stops compressing; its behaviour has its own
+# tests) and chunk_bytes = 262144 (each read is one message compressed on
+# its own: 16 KiB reads of this text compress to 34 % where a zstd stream
+# gets 30 %, which alone is 1.13x; docs/compression.md, "Relay vs stream
+# compressors"). Bounded: about 20 s after the build, 300 s at most.
 #
 # Needs root, ip netns, veth, tc htb, zstd, socat, ss and python3. Where one
 # is missing it fails and says which, unless HWQOS_ALLOW_SKIP_NETNS=1, with
@@ -51,5 +54,6 @@ fi
 cargo build --release --locked -q -p hwqos-relay
 timeout 300 docs/experiments/relay_vs_cli.sh --rates 100mbit --payloads gentext \
   --size-mb 24 --reps 3 --tools "zstd-adapt relay" \
-  --relay "adaptive=$(pwd)/target/release/hwqos-relay" --relay-opt 'cpu_target = 0.0' \
+  --relay "adaptive=$(pwd)/target/release/hwqos-relay" \
+  --relay-opt 'cpu_target = 0.0' --relay-opt 'chunk_bytes = 262144' \
   --check 1.15

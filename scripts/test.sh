@@ -2,7 +2,8 @@
 # The whole hwqos test suite: installs the system packages the tests use as
 # oracles (perf from linux-perf, promtool and prometheus from prometheus,
 # systemd-analyze from systemd), then runs format, lint and every test of the
-# workspace, the systemd unit checks, a bounded fuzzing run of the wire
+# workspace, the relay-vs-zstd comparison on a rate-limited veth link, the
+# systemd unit checks, a bounded fuzzing run of the wire
 # decoders, and the boot test of the Debian package in a guest with systemd.
 # The scripts it calls install their own packages (cargo-fuzz; debootstrap and
 # qemu for the guest).
@@ -15,6 +16,9 @@ command -v promtool >/dev/null 2>&1 || need+=(prometheus)
 command -v systemd-analyze >/dev/null 2>&1 || need+=(systemd)
 # The load generator's cache test runs it under cachegrind (external cache model).
 command -v valgrind >/dev/null 2>&1 || need+=(valgrind)
+# The relay-vs-zstd comparison pipes zstd through socat between namespaces.
+command -v zstd >/dev/null 2>&1 || need+=(zstd)
+command -v socat >/dev/null 2>&1 || need+=(socat)
 # hwqos top's interactive view is tested in a real terminal under tmux.
 command -v tmux >/dev/null 2>&1 || need+=(tmux)
 if [ ${#need[@]} -gt 0 ]; then
@@ -31,6 +35,9 @@ fi
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --locked -- -D warnings
 cargo test --workspace --locked
+# The adaptive relay against zstd --adapt on a 100 Mbit/s veth link between
+# two network namespaces (issue 25): fails when the relay is >15% slower.
+./scripts/relay-vs-zstd.sh
 # perf's own CSV and JSON output linters on `hwqos stat` (built by cargo test).
 ./scripts/perf-output-lint target/debug/hwqos
 # The agents attacked on loopback, outcomes asserted (binaries from cargo test): docs/reliability.md.
