@@ -737,7 +737,9 @@ impl Endpoint {
         let start_len = out.len();
         self.learner.observe_message_size(msg.len());
         let mut codec_id = self.selector.pick();
-        if self.config.policy == PolicyKind::Adaptive {
+        // Only a stream with transport readings can be pipelined (and
+        // message streams skip the clock read).
+        if self.config.policy == PolicyKind::Adaptive && self.learner.net.bulk.readings > 0 {
             codec_id = self.link_probe_codec(codec_id);
         }
         if codec_id != CodecId::NONE && !self.budget_left() {
