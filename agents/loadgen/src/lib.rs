@@ -79,7 +79,9 @@ pub struct AgentConfig {
 impl AgentConfig {
     /// Reads and validates a TOML configuration.
     pub fn load(path: &Path) -> Result<AgentConfig, String> {
-        let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+        // Regular files only, bounded: /dev/zero or a FIFO is refused at once.
+        let text = hwqos_core::fs::read_text_bounded(path, 1 << 20)
+            .map_err(|e| format!("{}: {e}", path.display()))?;
         let c: AgentConfig =
             toml::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))?;
         c.caps

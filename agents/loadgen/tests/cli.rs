@@ -147,6 +147,33 @@ fn configuration_is_checked() {
 }
 
 #[test]
+fn devices_and_fifos_are_refused_as_configuration_model_and_targets() {
+    let dir = tempfile::tempdir().unwrap();
+    let fifo = dir.path().join("fifo");
+    assert!(Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap()
+        .success());
+    let fifo = fifo.to_str().unwrap();
+    // Without a bound these read /dev/zero until memory ran out, and blocked
+    // on the FIFO (no writer) for ever.
+    for (args, kind) in [
+        (
+            vec!["--config", "/dev/zero", "check-config"],
+            "a character device",
+        ),
+        (vec!["--config", fifo, "check-config"], "a FIFO"),
+        (vec!["replay", "/dev/zero"], "a character device"),
+        (vec!["replay", fifo], "a FIFO"),
+    ] {
+        let o = loadgen(&args);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {}", stderr(&o));
+        assert!(stderr(&o).contains(kind), "{args:?}: {}", stderr(&o));
+    }
+}
+
+#[test]
 fn memory_cap_is_enforced_before_anything_starts() {
     let dir = tempfile::tempdir().unwrap();
     let cfg = write(dir.path(), "c.toml", "[caps]\nmax_memory_bytes = 1048576\n");

@@ -58,14 +58,9 @@ pub(crate) fn read_checked(path: &Path, schema: &str) -> Result<serde_json::Valu
         path: path.display().to_string(),
         reason,
     };
-    let meta = std::fs::metadata(path).map_err(|e| bad(e.to_string()))?;
-    if meta.len() > MAX_FILE_BYTES {
-        return Err(bad(format!(
-            "{} bytes is more than the {MAX_FILE_BYTES} accepted",
-            meta.len()
-        )));
-    }
-    let text = std::fs::read_to_string(path).map_err(|e| bad(e.to_string()))?;
+    // Regular files only, bounded: /dev/zero or a FIFO is refused at once.
+    let text =
+        hwqos_core::fs::read_text_bounded(path, MAX_FILE_BYTES).map_err(|e| bad(e.to_string()))?;
     let value: serde_json::Value =
         serde_json::from_str(&text).map_err(|e| bad(format!("not JSON: {e}")))?;
     match value.get("schema").and_then(|s| s.as_str()) {
