@@ -11,7 +11,7 @@ use std::path::PathBuf;
 #[command(name = "hwqos-loadgen", version)]
 pub struct Cli {
     /// Configuration file (TOML: safety caps, I/O generator settings, agent model).
-    #[arg(long, global = true, value_name = "FILE")]
+    #[arg(short = 'c', long, global = true, value_name = "FILE")]
     pub config: Option<PathBuf>,
     #[command(subcommand)]
     pub command: Command,

@@ -10,7 +10,12 @@ use std::path::PathBuf;
 #[command(name = "hwqos-relay", version)]
 pub struct Cli {
     /// Configuration file (TOML).
-    #[arg(long, default_value = "/etc/hwqos/relay.toml")]
+    #[arg(
+        short = 'c',
+        long,
+        value_name = "FILE",
+        default_value = "/etc/hwqos/relay.toml"
+    )]
     pub config: PathBuf,
     /// Validate the configuration and exit (0: valid, 2: invalid).
     #[arg(long)]

@@ -18,7 +18,12 @@ pub enum Command {
     /// Run the monitor → analyse → decide → apply loop every evaluation period.
     Run {
         /// Configuration file (TOML).
-        #[arg(long, default_value = "/etc/hwqos/sra.toml")]
+        #[arg(
+            short = 'c',
+            long,
+            value_name = "FILE",
+            default_value = "/etc/hwqos/sra.toml"
+        )]
         config: PathBuf,
         /// Validate the configuration and exit (0: valid, 2: invalid).
         #[arg(long)]
