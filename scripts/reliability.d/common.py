@@ -700,7 +700,7 @@ CHURN_MARK = "hwqos-rel-churn"
 
 class Monitor:
     def __init__(self, work, rate_hz=200, frames=3000, max_mib=64, window_timeout_s=20.0,
-                 nice=0, extra_api=None):
+                 nice=0, extra_api=None, procfs=True):
         self.work = Path(work)
         self.out = self.work / "monitor-out"
         self.socket = self.work / "monitor.sock"
@@ -708,7 +708,7 @@ class Monitor:
         self.frames = frames
         self.cfg = write_toml(self.work / "monitor.toml", {
             "rate_hz": rate_hz, "per_cpu": True, "event_sets": MONITOR_EVENTS,
-            "procfs": True, "rescan_every": 10,
+            "procfs": procfs, "rescan_every": 10,
         }, [
             ("[[target]]", {"select": f"regex:{CHURN_MARK}"}),
             ("[database]", {"frames": frames, "max_mib": max_mib}),
