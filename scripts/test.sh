@@ -40,6 +40,8 @@ cargo test --workspace --locked
 ./scripts/relay-vs-zstd.sh
 # perf's own CSV and JSON output linters on `hwqos stat` (built by cargo test).
 ./scripts/perf-output-lint target/debug/hwqos
+# Hardware known answers on an emulated Armv8 PMU (qemu aarch64, -icount shift=0): docs/hardware-validation.md.
+./scripts/pmu-guest --add scripts/pmu-guest-checks -- sh pmu-guest-checks --emulated
 # The agents attacked on loopback, outcomes asserted (binaries from cargo test): docs/reliability.md.
 ./scripts/reliability
 ./deploy/verify-units.sh
