@@ -4,7 +4,7 @@
 //! connections: a header-read timeout, a lifetime and a connection cap) and
 //! bounded reads of configuration files ([`read_config_file`]).
 
-use std::io::{IsTerminal, Read};
+use std::io::IsTerminal;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
@@ -198,88 +198,18 @@ async fn metrics_connection<S>(
     let _ = tokio::time::timeout(limits.close_grace, conn).await;
 }
 
-/// Reads a file that must be a regular file of at most `max_bytes` bytes (a
-/// configuration, model or contract): a FIFO, device, directory or socket is
-/// refused without blocking on it and without reading it, and a larger file
-/// is refused rather than read into memory. Errors say what was wrong (the
-/// caller names the path); their kind is `InvalidInput` for a file that is not
-/// regular and `InvalidData` for one that is too large.
-pub fn read_file_bounded(path: &Path, max_bytes: u64) -> std::io::Result<Vec<u8>> {
-    use std::io::{Error, ErrorKind};
-    use std::os::unix::fs::OpenOptionsExt;
-    let not_regular = |t: std::fs::FileType| {
-        Error::new(
-            ErrorKind::InvalidInput,
-            format!("is {}, not a regular file", file_kind(t)),
-        )
-    };
-    let too_large = || {
-        Error::new(
-            ErrorKind::InvalidData,
-            format!("is larger than {max_bytes} bytes, the most accepted for this file"),
-        )
-    };
-    // Checked before opening (opening a socket fails with a confusing ENXIO) and
-    // again on the open file (the path may have changed in between). O_NONBLOCK:
-    // opening a FIFO without a writer must not wait for one.
-    let meta = std::fs::metadata(path)?;
-    if !meta.file_type().is_file() {
-        return Err(not_regular(meta.file_type()));
-    }
-    let file = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
-        .open(path)?;
-    let meta = file.metadata()?;
-    if !meta.file_type().is_file() {
-        return Err(not_regular(meta.file_type()));
-    }
-    if meta.len() > max_bytes {
-        return Err(too_large());
-    }
-    let mut buf = Vec::with_capacity(meta.len() as usize);
-    file.take(max_bytes.saturating_add(1))
-        .read_to_end(&mut buf)?;
-    if buf.len() as u64 > max_bytes {
-        return Err(too_large());
-    }
-    Ok(buf)
-}
+/// Reads a user-given file safely (regular files only, bounded, never
+/// blocking on a FIFO): hwqos-core's one implementation, here for the agents.
+pub use hwqos_core::fs::read_file_bounded;
 
-/// [`read_file_bounded`] for text: the file must also be UTF-8.
+/// [`read_file_bounded`] for text (the file must also be UTF-8): hwqos-core's
+/// `read_text_bounded` under the name the agents use for configurations.
 pub fn read_config_file(path: &Path, max_bytes: u64) -> std::io::Result<String> {
-    String::from_utf8(read_file_bounded(path, max_bytes)?).map_err(|e| {
-        std::io::Error::new(
-            std::io::ErrorKind::InvalidData,
-            format!(
-                "is not UTF-8 text (invalid byte at offset {})",
-                e.utf8_error().valid_up_to()
-            ),
-        )
-    })
+    hwqos_core::fs::read_text_bounded(path, max_bytes)
 }
 
 /// The largest configuration file the agents read: far above any real one.
 pub const MAX_CONFIG_BYTES: u64 = 1 << 20;
-
-fn file_kind(t: std::fs::FileType) -> &'static str {
-    use std::os::unix::fs::FileTypeExt;
-    if t.is_dir() {
-        "a directory"
-    } else if t.is_fifo() {
-        "a FIFO"
-    } else if t.is_char_device() {
-        "a character device"
-    } else if t.is_block_device() {
-        "a block device"
-    } else if t.is_socket() {
-        "a socket"
-    } else if t.is_symlink() {
-        "a symbolic link"
-    } else {
-        "a special file"
-    }
-}
 
 #[cfg(test)]
 mod tests {
