@@ -3,7 +3,8 @@
 //! whether the pair has converged, for the fleet dashboard's loadgen
 //! convergence panel. Every family is a gauge, as in the monitor, the relay
 //! and hwqos-sra. The family names are a contract with
-//! `deploy/prometheus/`; keep them.
+//! `deploy/prometheus/`; keep them. The text is written by
+//! `prometheus-client` (set up in `hwqos-agent`).
 //!
 //! The command loop writes a [`Snapshot`] after every control or measurement
 //! interval; [`MetricsServer`] serves it on `GET /metrics` from its own
@@ -11,12 +12,14 @@
 //! nothing to the measured CPU between scrapes).
 
 use std::collections::BTreeMap;
-use std::fmt::Write as _;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 
 pub use hwqos_agent::OPENMETRICS_CONTENT_TYPE as CONTENT_TYPE;
-use hwqos_agent::{escape_label as escape, gauge_family as family, number as num};
+use hwqos_agent::{encode_gauge, encode_gauge_family};
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet};
+use prometheus_client::registry::Unit;
 
 /// One (metric, CPU) pair's state.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -91,78 +94,106 @@ pub type SharedSnapshot = Arc<Mutex<Snapshot>>;
 
 /// Renders a snapshot.
 pub fn render(s: &Snapshot) -> String {
-    let mut o = String::new();
-    family(
-        &mut o,
-        "hwqos_loadgen_info",
-        "Command the agent runs and the targets or model file it uses.",
-        None,
-    );
-    let _ = writeln!(
-        o,
-        "hwqos_loadgen_info{{mode=\"{}\",model=\"{}\"}} 1",
-        escape(&s.mode),
-        escape(&s.model)
-    );
-    type Get = fn(&PairGauges) -> Option<f64>;
-    let per_pair: [(&str, &str, Get); 6] = [
-        (
-            "hwqos_loadgen_target",
+    hwqos_agent::render_exposition("hwqos_loadgen", Exposition(s.clone()))
+}
+
+#[derive(EncodeLabelSet)]
+struct InfoLabels {
+    mode: String,
+    model: String,
+}
+
+#[derive(EncodeLabelSet)]
+struct PairLabels {
+    metric: String,
+    cpu: u32,
+}
+
+/// Each pair's value of one family; pairs without one are left out.
+fn per_pair<'a, N>(
+    s: &'a Snapshot,
+    get: impl Fn(&PairGauges) -> Option<N> + 'a,
+) -> impl Iterator<Item = (PairLabels, N)> + 'a {
+    s.pairs.iter().filter_map(move |((metric, cpu), p)| {
+        let labels = PairLabels {
+            metric: metric.clone(),
+            cpu: *cpu,
+        };
+        get(p).map(|v| (labels, v))
+    })
+}
+
+/// The families of one snapshot, written at each scrape.
+#[derive(Debug)]
+struct Exposition(Snapshot);
+
+impl Collector for Exposition {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> std::fmt::Result {
+        let s = &self.0;
+        let info = InfoLabels {
+            mode: s.mode.clone(),
+            model: s.model.clone(),
+        };
+        encode_gauge_family(
+            &mut encoder,
+            "info",
+            "Command the agent runs and the targets or model file it uses.",
+            None,
+            [(info, 1u32)],
+        )?;
+        encode_gauge_family(
+            &mut encoder,
+            "target",
             "Target value of the metric on the CPU (metric units: ratio, events/s, bytes/s).",
-            |p| Some(p.target),
-        ),
-        (
-            "hwqos_loadgen_measured",
+            None,
+            per_pair(s, |p| Some(p.target)),
+        )?;
+        encode_gauge_family(
+            &mut encoder,
+            "measured",
             "Last measured value of the metric on the CPU.",
-            |p| p.measured,
-        ),
-        (
-            "hwqos_loadgen_error_ratio",
+            None,
+            per_pair(s, |p| p.measured),
+        )?;
+        encode_gauge_family(
+            &mut encoder,
+            "error_ratio",
             "(measured - target) / target; absent for a zero target.",
-            |p| match p.measured {
+            None,
+            per_pair(s, |p| match p.measured {
                 Some(m) if p.target != 0.0 => Some((m - p.target) / p.target),
                 _ => None,
-            },
-        ),
-        (
-            "hwqos_loadgen_knob",
+            }),
+        )?;
+        encode_gauge_family(
+            &mut encoder,
+            "knob",
             "The generator's knob (duty cycle, rate or ratio, in the generator's unit).",
-            |p| Some(p.knob),
-        ),
-        (
-            "hwqos_loadgen_converged",
+            None,
+            per_pair(s, |p| Some(p.knob)),
+        )?;
+        encode_gauge_family(
+            &mut encoder,
+            "converged",
             "1 while the pair has been within tolerance for the needed consecutive intervals.",
-            |p| p.measured.map(|_| f64::from(u8::from(p.converged))),
-        ),
-        (
-            "hwqos_loadgen_convergence_seconds",
+            None,
+            per_pair(s, |p| p.measured.map(|_| u32::from(p.converged))),
+        )?;
+        encode_gauge_family(
+            &mut encoder,
+            "convergence",
             "Seconds from the start of the loop until the pair first converged.",
-            |p| p.convergence_s,
-        ),
-    ];
-    for (name, help, get) in per_pair {
-        let unit = name.ends_with("_seconds").then_some("seconds");
-        family(&mut o, name, help, unit);
-        for ((metric, cpu), p) in &s.pairs {
-            if let Some(v) = get(p) {
-                let _ = writeln!(
-                    o,
-                    "{name}{{metric=\"{}\",cpu=\"{cpu}\"}} {}",
-                    escape(metric),
-                    num(v)
-                );
-            }
-        }
+            Some(Unit::Seconds),
+            per_pair(s, |p| p.convergence_s),
+        )?;
+        encode_gauge(
+            &mut encoder,
+            "samples",
+            "Control or measurement intervals done.",
+            None,
+            Some(s.samples),
+        )
     }
-    family(
-        &mut o,
-        "hwqos_loadgen_samples",
-        "Control or measurement intervals done.",
-        None,
-    );
-    let _ = writeln!(o, "hwqos_loadgen_samples {}", s.samples);
-    o.push_str("# EOF\n");
-    o
 }
 
 /// Serves `GET /metrics` from a snapshot on its own one-worker runtime until
@@ -238,7 +269,8 @@ mod tests {
         assert!(text.contains("hwqos_loadgen_info{mode=\"synthesize\",model=\"t\\\"x.json\"} 1"));
         assert!(text.contains("hwqos_loadgen_target{metric=\"cpu_util\",cpu=\"1\"} 0.5\n"));
         assert!(text.contains("hwqos_loadgen_measured{metric=\"cpu_util\",cpu=\"1\"} 0.55\n"));
-        assert!(text.contains("hwqos_loadgen_knob{metric=\"page_fault_rate\",cpu=\"0\"} 7\n"));
+        // prometheus-client writes a float gauge with its decimal point.
+        assert!(text.contains("hwqos_loadgen_knob{metric=\"page_fault_rate\",cpu=\"0\"} 7.0\n"));
         assert!(text.contains("hwqos_loadgen_converged{metric=\"cpu_util\",cpu=\"1\"} 1\n"));
         assert!(
             text.contains("hwqos_loadgen_convergence_seconds{metric=\"cpu_util\",cpu=\"1\"} 1.5\n")

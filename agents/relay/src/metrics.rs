@@ -1,12 +1,15 @@
-//! Relay statistics and their OpenMetrics exposition (`hwqos_relay_*`).
+//! Relay statistics and their OpenMetrics exposition (`hwqos_relay_*`),
+//! written by `prometheus-client` (set up in `hwqos-agent`).
 //!
 //! Every family is a gauge (monotonic ones included), as in the monitor: the
 //! OpenMetrics counter naming (`_total`) and the classic text format that
 //! `promtool check metrics` lints disagree, and a gauge reads the same in both.
 
+use hwqos_agent::{encode_gauge, encode_gauge_family};
 use hwqos_compress::{StreamHandle, StreamStats};
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet};
 use std::collections::BTreeMap;
-use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
@@ -87,160 +90,222 @@ impl RelayStats {
     /// The exposition text.
     pub fn render(&self, labels: &Labels<'_>) -> String {
         let live: Vec<StreamStats> = self.live().iter().map(|h| h.stats()).collect();
-        let mut t = lock(&self.closed).clone();
+        let mut totals = lock(&self.closed).clone();
         for s in &live {
-            t.add(s);
+            totals.add(s);
         }
-        let mut o = String::new();
-        let family = |o: &mut String, name: &str, help: &str| {
-            let _ = writeln!(o, "# TYPE {name} gauge\n# HELP {name} {help}");
-        };
-        family(
-            &mut o,
-            "hwqos_relay_info",
-            "Relay mode, policy and version.",
-        );
-        let _ = writeln!(
-            o,
-            "hwqos_relay_info{{mode=\"{}\",policy=\"{}\",version=\"{}\"}} 1",
-            labels.mode,
-            labels.policy,
-            env!("CARGO_PKG_VERSION")
-        );
-        family(&mut o, "hwqos_relay_bytes", "Bytes moved since start: plain_in read from applications, link_out written to the link (headers and probes included), link_in read from the link, plain_out written to applications.");
-        for (dir, v) in [
-            ("plain_in", t.plain_in),
-            ("link_out", t.link_out),
-            ("link_in", t.link_in),
-            ("plain_out", t.plain_out),
-        ] {
-            let _ = writeln!(o, "hwqos_relay_bytes{{direction=\"{dir}\"}} {v}");
-        }
-        let total: u64 = t.per_codec.values().sum();
-        family(
-            &mut o,
-            "hwqos_relay_messages",
-            "Messages sent on the link per codec since start.",
-        );
-        for (c, n) in &t.per_codec {
-            let _ = writeln!(o, "hwqos_relay_messages{{codec=\"{c}\"}} {n}");
-        }
-        family(
-            &mut o,
-            "hwqos_relay_codec_share_ratio",
-            "Share of the messages sent with each codec since start.",
-        );
-        for (c, n) in &t.per_codec {
-            let share = if total > 0 {
-                *n as f64 / total as f64
-            } else {
-                0.0
-            };
-            let _ = writeln!(o, "hwqos_relay_codec_share_ratio{{codec=\"{c}\"}} {share}");
-        }
-        family(
-            &mut o,
-            "hwqos_relay_throttled_messages",
-            "Messages sent uncompressed because the compression budget was spent.",
-        );
-        let _ = writeln!(o, "hwqos_relay_throttled_messages {}", t.throttled);
-        family(
-            &mut o,
-            "hwqos_relay_link_changes",
-            "Link changes the probes' round-trip times showed since start (each restarts the link estimate).",
-        );
-        let _ = writeln!(o, "hwqos_relay_link_changes {}", t.link_changes);
-        family(
-            &mut o,
-            "hwqos_relay_connections",
-            "Open connections (accepted and not yet closed, handshaking ones included).",
-        );
-        let _ = writeln!(
-            o,
-            "hwqos_relay_connections {}",
-            self.open.load(Ordering::Relaxed)
-        );
-        family(
-            &mut o,
-            "hwqos_relay_connections_accepted",
-            "Connections accepted since start.",
-        );
-        let _ = writeln!(
-            o,
-            "hwqos_relay_connections_accepted {}",
-            self.accepted.load(Ordering::Relaxed)
-        );
-        family(
-            &mut o,
-            "hwqos_relay_connections_refused",
-            "Connections refused (over max_connections) since start.",
-        );
-        let _ = writeln!(
-            o,
-            "hwqos_relay_connections_refused {}",
-            self.refused.load(Ordering::Relaxed)
-        );
-        family(
-            &mut o,
-            "hwqos_relay_connections_failed",
-            "Connections that ended with an error since start.",
-        );
-        let _ = writeln!(
-            o,
-            "hwqos_relay_connections_failed {}",
-            self.failed.load(Ordering::Relaxed)
-        );
-        family(
-            &mut o,
-            "hwqos_relay_reloads",
-            "Configuration reloads (SIGHUP) since start.",
-        );
-        let _ = writeln!(
-            o,
-            "hwqos_relay_reloads {}",
-            self.reloads.load(Ordering::Relaxed)
-        );
-        family(
-            &mut o,
-            "hwqos_relay_throttle_target_ratio",
-            "Target CPU utilization of the throttle (0: off).",
-        );
-        let _ = writeln!(o, "hwqos_relay_throttle_target_ratio {}", labels.cpu_target);
-
         let mean = |f: &dyn Fn(&StreamStats) -> Option<f64>| {
             let v: Vec<f64> = live.iter().filter_map(f).collect();
             (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64)
         };
-        let gauges: [(&str, &str, Option<f64>); 6] = [
-            ("hwqos_relay_rtt_seconds", "Round-trip time estimate from probes (mean over open connections).", mean(&|s| s.rtt_ns.map(|v| v * 1e-9))),
-            ("hwqos_relay_link_seconds_per_byte", "One-way link cost per byte, measured with padded probes (mean over open connections).", mean(&|s| s.link_ns_per_byte.map(|v| v * 1e-9))),
-            ("hwqos_relay_compression_budget_seconds", "Compression time budget of the current round (sum over open connections).", {
-                let v: Vec<f64> = live.iter().filter_map(|s| s.budget_ns.map(|b| b as f64 * 1e-9)).collect();
-                (!v.is_empty()).then(|| v.iter().sum())
-            }),
-            ("hwqos_relay_compression_spent_seconds", "Compression and decompression time spent in the current round (sum over open connections).", (!live.is_empty()).then(|| live.iter().map(|s| s.spent_ns as f64 * 1e-9).sum())),
-            ("hwqos_relay_throttle_cpu_share_ratio", "Share of one CPU the relay's throttle grants compression (one throttle shared by all connections).", mean(&|s| s.cpu_share)),
-            ("hwqos_relay_cpu_utilization_ratio", "CPU utilization the throttle last read (/proc/stat or the cgroup, per cpu_aggregate).", mean(&|s| s.cpu_utilization)),
-        ];
-        for (name, help, v) in gauges {
-            family(&mut o, name, help);
-            if let Some(v) = v {
-                let _ = writeln!(o, "{name} {v}");
-            }
-        }
-        family(
-            &mut o,
-            "hwqos_relay_chosen_codec",
-            "Connections whose policy currently prefers each codec.",
-        );
-        let mut chosen: BTreeMap<&str, u32> = BTreeMap::new();
+        let mut chosen: BTreeMap<String, u32> = BTreeMap::new();
         for s in &live {
-            *chosen.entry(s.chosen.as_str()).or_default() += 1;
+            *chosen.entry(s.chosen.clone()).or_default() += 1;
         }
-        for (c, n) in chosen {
-            let _ = writeln!(o, "hwqos_relay_chosen_codec{{codec=\"{c}\"}} {n}");
+        let exposition = Exposition {
+            mode: labels.mode.to_string(),
+            policy: labels.policy.to_string(),
+            cpu_target: labels.cpu_target,
+            totals,
+            open: self.open.load(Ordering::Relaxed),
+            accepted: self.accepted.load(Ordering::Relaxed),
+            refused: self.refused.load(Ordering::Relaxed),
+            failed: self.failed.load(Ordering::Relaxed),
+            reloads: self.reloads.load(Ordering::Relaxed),
+            rtt_s: mean(&|s| s.rtt_ns.map(|v| v * 1e-9)),
+            link_s_per_byte: mean(&|s| s.link_ns_per_byte.map(|v| v * 1e-9)),
+            budget_s: {
+                let v: Vec<f64> = live
+                    .iter()
+                    .filter_map(|s| s.budget_ns.map(|b| b as f64 * 1e-9))
+                    .collect();
+                (!v.is_empty()).then(|| v.iter().sum())
+            },
+            spent_s: (!live.is_empty())
+                .then(|| live.iter().map(|s| s.spent_ns as f64 * 1e-9).sum()),
+            cpu_share: mean(&|s| s.cpu_share),
+            cpu_utilization: mean(&|s| s.cpu_utilization),
+            chosen,
+        };
+        hwqos_agent::render_exposition("hwqos_relay", exposition)
+    }
+}
+
+#[derive(EncodeLabelSet)]
+struct InfoLabels {
+    mode: String,
+    policy: String,
+    version: &'static str,
+}
+
+#[derive(EncodeLabelSet)]
+struct DirectionLabels {
+    direction: &'static str,
+}
+
+#[derive(EncodeLabelSet)]
+struct CodecLabels {
+    codec: String,
+}
+
+/// What one scrape shows: the counters, the totals over closed and live
+/// streams, and the live streams' estimates (None: no live stream has one).
+#[derive(Debug)]
+struct Exposition {
+    mode: String,
+    policy: String,
+    cpu_target: f64,
+    totals: Totals,
+    open: u64,
+    accepted: u64,
+    refused: u64,
+    failed: u64,
+    reloads: u64,
+    rtt_s: Option<f64>,
+    link_s_per_byte: Option<f64>,
+    budget_s: Option<f64>,
+    spent_s: Option<f64>,
+    cpu_share: Option<f64>,
+    cpu_utilization: Option<f64>,
+    /// Live connections per codec their policy prefers.
+    chosen: BTreeMap<String, u32>,
+}
+
+impl Collector for Exposition {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> std::fmt::Result {
+        let t = &self.totals;
+        let info = InfoLabels {
+            mode: self.mode.clone(),
+            policy: self.policy.clone(),
+            version: env!("CARGO_PKG_VERSION"),
+        };
+        encode_gauge_family(
+            &mut encoder,
+            "info",
+            "Relay mode, policy and version.",
+            None,
+            [(info, 1u32)],
+        )?;
+        encode_gauge_family(
+            &mut encoder,
+            "bytes",
+            "Bytes moved since start: plain_in read from applications, link_out written to the link (headers and probes included), link_in read from the link, plain_out written to applications.",
+            None,
+            [
+                ("plain_in", t.plain_in),
+                ("link_out", t.link_out),
+                ("link_in", t.link_in),
+                ("plain_out", t.plain_out),
+            ]
+            .map(|(direction, v)| (DirectionLabels { direction }, v)),
+        )?;
+        let codec = |c: &String| CodecLabels { codec: c.clone() };
+        encode_gauge_family(
+            &mut encoder,
+            "messages",
+            "Messages sent on the link per codec since start.",
+            None,
+            t.per_codec.iter().map(|(c, n)| (codec(c), *n)),
+        )?;
+        let total: u64 = t.per_codec.values().sum();
+        encode_gauge_family(
+            &mut encoder,
+            "codec_share_ratio",
+            "Share of the messages sent with each codec since start.",
+            None,
+            t.per_codec.iter().map(|(c, n)| {
+                let share = if total > 0 {
+                    *n as f64 / total as f64
+                } else {
+                    0.0
+                };
+                (codec(c), share)
+            }),
+        )?;
+        for (name, help, v) in [
+            (
+                "throttled_messages",
+                "Messages sent uncompressed because the compression budget was spent.",
+                t.throttled,
+            ),
+            (
+                "link_changes",
+                "Link changes the probes' round-trip times showed since start (each restarts the link estimate).",
+                t.link_changes,
+            ),
+            (
+                "connections",
+                "Open connections (accepted and not yet closed, handshaking ones included).",
+                self.open,
+            ),
+            (
+                "connections_accepted",
+                "Connections accepted since start.",
+                self.accepted,
+            ),
+            (
+                "connections_refused",
+                "Connections refused (over max_connections) since start.",
+                self.refused,
+            ),
+            (
+                "connections_failed",
+                "Connections that ended with an error since start.",
+                self.failed,
+            ),
+            (
+                "reloads",
+                "Configuration reloads (SIGHUP) since start.",
+                self.reloads,
+            ),
+        ] {
+            encode_gauge(&mut encoder, name, help, None, Some(v))?;
         }
-        o.push_str("# EOF\n");
-        o
+        for (name, help, v) in [
+            (
+                "throttle_target_ratio",
+                "Target CPU utilization of the throttle (0: off).",
+                Some(self.cpu_target),
+            ),
+            (
+                "rtt_seconds",
+                "Round-trip time estimate from probes (mean over open connections).",
+                self.rtt_s,
+            ),
+            (
+                "link_seconds_per_byte",
+                "One-way link cost per byte, measured with padded probes (mean over open connections).",
+                self.link_s_per_byte,
+            ),
+            (
+                "compression_budget_seconds",
+                "Compression time budget of the current round (sum over open connections).",
+                self.budget_s,
+            ),
+            (
+                "compression_spent_seconds",
+                "Compression and decompression time spent in the current round (sum over open connections).",
+                self.spent_s,
+            ),
+            (
+                "throttle_cpu_share_ratio",
+                "Share of one CPU the relay's throttle grants compression (one throttle shared by all connections).",
+                self.cpu_share,
+            ),
+            (
+                "cpu_utilization_ratio",
+                "CPU utilization the throttle last read (/proc/stat or the cgroup, per cpu_aggregate).",
+                self.cpu_utilization,
+            ),
+        ] {
+            encode_gauge(&mut encoder, name, help, None, v)?;
+        }
+        encode_gauge_family(
+            &mut encoder,
+            "chosen_codec",
+            "Connections whose policy currently prefers each codec.",
+            None,
+            self.chosen.iter().map(|(c, n)| (codec(c), *n)),
+        )
     }
 }

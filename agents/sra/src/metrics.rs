@@ -1,195 +1,207 @@
-//! The agent's OpenMetrics exposition (`hwqos_sra_*`). Every family is a
-//! gauge, as in the monitor and the relay (the `_total` counter naming and
-//! the classic text format `promtool check metrics` lints disagree).
+//! The agent's OpenMetrics exposition (`hwqos_sra_*`), written by
+//! `prometheus-client` (set up in `hwqos-agent`). Every family is a gauge, as
+//! in the monitor and the relay (the `_total` counter naming and the classic
+//! text format `promtool check metrics` lints disagree).
 
 use crate::agent::Snapshot;
-use std::fmt::Write as _;
+use hwqos_agent::{encode_gauge, encode_gauge_family};
+use hwqos_sched::backend::EventStats;
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet};
+use prometheus_client::registry::Unit;
 
 pub use hwqos_agent::OPENMETRICS_CONTENT_TYPE as CONTENT_TYPE;
-use hwqos_agent::{escape_label as escape, gauge_family as family};
 
 /// Renders a snapshot.
 pub fn render(s: &Snapshot) -> String {
-    let mut o = String::new();
-    family(
-        &mut o,
-        "hwqos_sra_info",
-        "Quota backend, throttle method and overflow route in use.",
-        None,
-    );
-    let _ = writeln!(
-        o,
-        "hwqos_sra_info{{backend=\"{}\",throttle=\"{}\",route=\"{}\"}} 1",
-        escape(&s.backend),
-        escape(&s.throttle),
-        escape(&s.route)
-    );
-    family(
-        &mut o,
-        "hwqos_sra_contract_version",
-        "Version of the contract applied.",
-        None,
-    );
-    let _ = writeln!(o, "hwqos_sra_contract_version {}", s.contract_version);
-    family(
-        &mut o,
-        "hwqos_sra_evaluations",
-        "Evaluation periods completed.",
-        None,
-    );
-    let _ = writeln!(o, "hwqos_sra_evaluations {}", s.evaluations);
-    family(
-        &mut o,
-        "hwqos_sra_skipped_entries",
-        "Contract entries skipped (offline CPUs, unknown events, no process).",
-        None,
-    );
-    let _ = writeln!(o, "hwqos_sra_skipped_entries {}", s.skipped.len());
-    family(
-        &mut o,
-        "hwqos_sra_apply_errors",
-        "Pinning or enforcement failures since start.",
-        None,
-    );
-    let _ = writeln!(o, "hwqos_sra_apply_errors {}", s.apply_errors);
-    family(
-        &mut o,
-        "hwqos_sra_processes",
-        "Processes the contract covers.",
-        None,
-    );
-    let _ = writeln!(o, "hwqos_sra_processes {}", s.applied.len());
-    family(
-        &mut o,
-        "hwqos_sra_pinned_threads",
-        "Threads pinned and verified, per process.",
-        None,
-    );
-    for (pid, a) in &s.applied {
-        let _ = writeln!(
-            o,
-            "hwqos_sra_pinned_threads{{pid=\"{pid}\",entry=\"{}\"}} {}",
-            escape(&a.entry),
-            a.pinned_threads
-        );
-    }
-    let entry = |pid: &u32| {
-        s.applied
-            .get(pid)
-            .map(|a| escape(&a.entry))
+    hwqos_agent::render_exposition("hwqos_sra", Exposition(s.clone()))
+}
+
+#[derive(EncodeLabelSet)]
+struct InfoLabels {
+    backend: String,
+    throttle: String,
+    route: String,
+}
+
+#[derive(EncodeLabelSet)]
+struct ProcessLabels {
+    pid: u32,
+    entry: String,
+}
+
+#[derive(EncodeLabelSet)]
+struct EventLabels {
+    pid: u32,
+    entry: String,
+    event: String,
+}
+
+#[derive(EncodeLabelSet)]
+struct QuantileLabels {
+    quantile: &'static str,
+}
+
+/// The families of one snapshot, written at each scrape.
+#[derive(Debug)]
+struct Exposition(Snapshot);
+
+impl Exposition {
+    /// The contract entry of an enforced process ("" when it is not applied).
+    fn entry(&self, pid: u32) -> String {
+        self.0
+            .applied
+            .get(&pid)
+            .map(|a| a.entry.clone())
             .unwrap_or_default()
-    };
-    family(
-        &mut o,
-        "hwqos_sra_throttled",
-        "1 while the process is throttled.",
-        None,
-    );
-    for (pid, q) in &s.quota {
-        let _ = writeln!(
-            o,
-            "hwqos_sra_throttled{{pid=\"{pid}\",entry=\"{}\"}} {}",
-            entry(pid),
-            u8::from(q.throttled)
-        );
     }
-    family(
-        &mut o,
-        "hwqos_sra_throttles",
-        "Times the process was throttled.",
-        None,
-    );
-    for (pid, q) in &s.quota {
-        let _ = writeln!(
-            o,
-            "hwqos_sra_throttles{{pid=\"{pid}\",entry=\"{}\"}} {}",
-            entry(pid),
-            q.nr_throttled
-        );
+
+    /// One value per enforced process.
+    fn per_process<'a, N>(
+        &'a self,
+        get: impl Fn(&hwqos_sched::backend::QuotaStats) -> N + 'a,
+    ) -> impl Iterator<Item = (ProcessLabels, N)> + 'a {
+        self.0.quota.iter().map(move |(pid, q)| {
+            let labels = ProcessLabels {
+                pid: *pid,
+                entry: self.entry(*pid),
+            };
+            (labels, get(q))
+        })
     }
-    family(
-        &mut o,
-        "hwqos_sra_throttled_seconds",
-        "Time spent throttled.",
-        Some("seconds"),
-    );
-    for (pid, q) in &s.quota {
-        let _ = writeln!(
-            o,
-            "hwqos_sra_throttled_seconds{{pid=\"{pid}\",entry=\"{}\"}} {}",
-            entry(pid),
-            q.throttled_ns as f64 / 1e9
-        );
-    }
-    family(
-        &mut o,
-        "hwqos_sra_periods",
-        "Quota periods completed.",
-        None,
-    );
-    for (pid, q) in &s.quota {
-        let _ = writeln!(
-            o,
-            "hwqos_sra_periods{{pid=\"{pid}\",entry=\"{}\"}} {}",
-            entry(pid),
-            q.nr_periods
-        );
-    }
-    for (name, help, get) in [
-        (
-            "hwqos_sra_event_quota",
-            "Events allowed per period.",
-            (|e: &hwqos_sched::backend::EventStats| e.quota) as fn(&_) -> u64,
-        ),
-        (
-            "hwqos_sra_event_last_period",
-            "Events counted in the last complete period.",
-            |e| e.last_period,
-        ),
-        (
-            "hwqos_sra_event_counted",
-            "Events counted since enforcement started.",
-            |e| e.total,
-        ),
-        (
-            "hwqos_sra_event_borrowed",
-            "Events borrowed from other processes' unused budgets (lending).",
-            |e| e.borrowed,
-        ),
-    ] {
-        family(&mut o, name, help, None);
-        for (pid, q) in &s.quota {
-            for e in &q.events {
-                let _ = writeln!(
-                    o,
-                    "{name}{{pid=\"{pid}\",entry=\"{}\",event=\"{}\"}} {}",
-                    entry(pid),
-                    escape(&e.name),
-                    get(e)
-                );
-            }
+}
+
+impl Collector for Exposition {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> std::fmt::Result {
+        let s = &self.0;
+        let info = InfoLabels {
+            backend: s.backend.clone(),
+            throttle: s.throttle.clone(),
+            route: s.route.clone(),
+        };
+        encode_gauge_family(
+            &mut encoder,
+            "info",
+            "Quota backend, throttle method and overflow route in use.",
+            None,
+            [(info, 1u32)],
+        )?;
+        for (name, help, value) in [
+            (
+                "contract_version",
+                "Version of the contract applied.",
+                s.contract_version,
+            ),
+            (
+                "evaluations",
+                "Evaluation periods completed.",
+                s.evaluations,
+            ),
+            (
+                "skipped_entries",
+                "Contract entries skipped (offline CPUs, unknown events, no process).",
+                s.skipped.len() as u64,
+            ),
+            (
+                "apply_errors",
+                "Pinning or enforcement failures since start.",
+                s.apply_errors,
+            ),
+            (
+                "processes",
+                "Processes the contract covers.",
+                s.applied.len() as u64,
+            ),
+        ] {
+            encode_gauge(&mut encoder, name, help, None, Some(value))?;
         }
-    }
-    family(
-        &mut o,
-        "hwqos_sra_stop_latency_seconds",
-        "Overflow signal read to throttle issued (agent route).",
-        Some("seconds"),
-    );
-    for (q, v) in [
-        ("0.5", s.stop_latency_p50_ns),
-        ("0.99", s.stop_latency_p99_ns),
-    ] {
-        if let Some(v) = v {
-            let _ = writeln!(
-                o,
-                "hwqos_sra_stop_latency_seconds{{quantile=\"{q}\"}} {}",
-                v as f64 / 1e9
-            );
+        encode_gauge_family(
+            &mut encoder,
+            "pinned_threads",
+            "Threads pinned and verified, per process.",
+            None,
+            s.applied.iter().map(|(pid, a)| {
+                let labels = ProcessLabels {
+                    pid: *pid,
+                    entry: a.entry.clone(),
+                };
+                (labels, a.pinned_threads)
+            }),
+        )?;
+        encode_gauge_family(
+            &mut encoder,
+            "throttled",
+            "1 while the process is throttled.",
+            None,
+            self.per_process(|q| u32::from(q.throttled)),
+        )?;
+        encode_gauge_family(
+            &mut encoder,
+            "throttles",
+            "Times the process was throttled.",
+            None,
+            self.per_process(|q| q.nr_throttled),
+        )?;
+        encode_gauge_family(
+            &mut encoder,
+            "throttled",
+            "Time spent throttled.",
+            Some(Unit::Seconds),
+            self.per_process(|q| q.throttled_ns as f64 / 1e9),
+        )?;
+        encode_gauge_family(
+            &mut encoder,
+            "periods",
+            "Quota periods completed.",
+            None,
+            self.per_process(|q| q.nr_periods),
+        )?;
+        type Get = fn(&EventStats) -> u64;
+        let per_event: [(&str, &str, Get); 4] = [
+            ("event_quota", "Events allowed per period.", |e| e.quota),
+            (
+                "event_last_period",
+                "Events counted in the last complete period.",
+                |e| e.last_period,
+            ),
+            (
+                "event_counted",
+                "Events counted since enforcement started.",
+                |e| e.total,
+            ),
+            (
+                "event_borrowed",
+                "Events borrowed from other processes' unused budgets (lending).",
+                |e| e.borrowed,
+            ),
+        ];
+        for (name, help, get) in per_event {
+            let samples = s.quota.iter().flat_map(|(pid, q)| {
+                q.events.iter().map(move |e| {
+                    let labels = EventLabels {
+                        pid: *pid,
+                        entry: self.entry(*pid),
+                        event: e.name.clone(),
+                    };
+                    (labels, get(e))
+                })
+            });
+            encode_gauge_family(&mut encoder, name, help, None, samples)?;
         }
+        let quantiles = [
+            ("0.5", s.stop_latency_p50_ns),
+            ("0.99", s.stop_latency_p99_ns),
+        ];
+        encode_gauge_family(
+            &mut encoder,
+            "stop_latency",
+            "Overflow signal read to throttle issued (agent route).",
+            Some(Unit::Seconds),
+            quantiles
+                .into_iter()
+                .filter_map(|(q, ns)| ns.map(|v| (QuantileLabels { quantile: q }, v as f64 / 1e9))),
+        )
     }
-    o.push_str("# EOF\n");
-    o
 }
 
 /// Serves `GET /metrics` on `listener` until `stop` turns true.

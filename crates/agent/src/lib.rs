@@ -1,13 +1,23 @@
 //! Plumbing every hwqos agent binary needs and that the libraries must not
 //! depend on (hwqos-core stays free of tokio, axum and tracing-subscriber):
-//! the logging set-up, the OpenMetrics `/metrics` endpoint (with bounded
-//! connections: a header-read timeout, a lifetime and a connection cap) and
-//! bounded reads of configuration files ([`read_config_file`]).
+//! the logging set-up, the OpenMetrics exposition set-up on
+//! `prometheus-client` ([`render_exposition`], [`encode_gauge_family`],
+//! [`encode_gauge`]), the `/metrics` endpoint (with bounded connections: a
+//! header-read timeout, a lifetime and a connection cap) and bounded reads of
+//! configuration files ([`read_config_file`]).
 
 use std::io::IsTerminal;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
+
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{
+    DescriptorEncoder, EncodeGaugeValue, EncodeLabelSet, EncodeMetric as _,
+};
+use prometheus_client::metrics::gauge::ConstGauge;
+use prometheus_client::metrics::MetricType;
+use prometheus_client::registry::{Registry, Unit};
 
 /// The content type of an OpenMetrics 1.0 text exposition.
 pub const OPENMETRICS_CONTENT_TYPE: &str =
@@ -26,30 +36,87 @@ pub fn init_logging() {
         .init();
 }
 
-/// Writes the `# TYPE` (gauge), `# UNIT` (when given) and `# HELP` lines
-/// that open a metric family.
-pub fn gauge_family(out: &mut String, name: &str, help: &str, unit: Option<&str>) {
-    use std::fmt::Write as _;
-    let _ = writeln!(out, "# TYPE {name} gauge");
-    if let Some(u) = unit {
-        let _ = writeln!(out, "# UNIT {name} {u}");
-    }
-    let _ = writeln!(out, "# HELP {name} {}", escape_help(help));
+/// The OpenMetrics text exposition of what `collector` writes for this
+/// scrape, every family name under `prefix_`, ending with `# EOF`.
+///
+/// The agents render from a snapshot of their state at scrape time, so each
+/// one has a [`Collector`] that owns the snapshot and writes its families with
+/// [`encode_gauge_family`] and [`encode_gauge`]: families and series come out
+/// in the order written (a `prometheus_client` `Family` keeps its series in a
+/// hash map), and a family without series still shows its metadata.
+pub fn render_exposition(prefix: &str, collector: impl Collector) -> String {
+    let mut registry = Registry::with_prefix(prefix);
+    registry.register_collector(Box::new(collector));
+    let mut out = String::new();
+    prometheus_client::encoding::text::encode(&mut out, &registry)
+        .expect("encoding an exposition into a String cannot fail");
+    out
 }
 
-/// A label value as the exposition format quotes it.
+/// Writes a gauge family: `# HELP`, `# TYPE` and, with a unit, `# UNIT` (the
+/// crate appends the unit to `name`: `convergence` with [`Unit::Seconds`] is
+/// `…_convergence_seconds`), then one sample per label set, in the order
+/// given. `help` is written as it is: plain text, no newline or backslash.
+pub fn encode_gauge_family<S, N>(
+    encoder: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    unit: Option<Unit>,
+    samples: impl IntoIterator<Item = (S, N)>,
+) -> std::fmt::Result
+where
+    S: EncodeLabelSet,
+    N: EncodeGaugeValue,
+{
+    debug_assert!(
+        !help.contains(['\n', '\\']),
+        "HELP is written unescaped: {help:?}"
+    );
+    let mut family = encoder.encode_descriptor(name, help, unit.as_ref(), MetricType::Gauge)?;
+    for (labels, value) in samples {
+        ConstGauge::new(value).encode(family.encode_family(&labels)?)?;
+    }
+    Ok(())
+}
+
+/// Writes a gauge family of one unlabelled series, or of none when `value`
+/// is `None` (the metadata is written either way); as [`encode_gauge_family`].
+pub fn encode_gauge<N: EncodeGaugeValue>(
+    encoder: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    unit: Option<Unit>,
+    value: Option<N>,
+) -> std::fmt::Result {
+    debug_assert!(
+        !help.contains(['\n', '\\']),
+        "HELP is written unescaped: {help:?}"
+    );
+    let mut metric = encoder.encode_descriptor(name, help, unit.as_ref(), MetricType::Gauge)?;
+    if let Some(v) = value {
+        metric.encode_gauge(&v)?;
+    }
+    Ok(())
+}
+
+// The monitor's hand-written exposition (agents/monitor/src/openmetrics.rs)
+// still uses the three helpers below; they go when it moves to
+// `prometheus-client` like the other agents.
+
+/// A label value as the exposition format quotes it (the monitor's).
 pub fn escape_label(v: &str) -> String {
     v.replace('\\', "\\\\")
         .replace('"', "\\\"")
         .replace('\n', "\\n")
 }
 
-/// HELP text as the exposition format wants it.
+/// HELP text as the exposition format wants it (the monitor's).
 pub fn escape_help(v: &str) -> String {
     v.replace('\\', "\\\\").replace('\n', "\\n")
 }
 
-/// A sample value (`NaN` and `±Inf` spelled as the format wants).
+/// A sample value, `NaN` and `±Inf` spelled as the format wants (the
+/// monitor's).
 pub fn number(v: f64) -> String {
     if v.is_nan() {
         "NaN".into()
@@ -216,15 +283,76 @@ mod tests {
     use super::*;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
+    #[derive(Debug)]
+    struct Example;
+
+    #[derive(prometheus_client::encoding::EncodeLabelSet)]
+    struct PairLabels {
+        metric: String,
+        cpu: u32,
+    }
+
+    impl Collector for Example {
+        fn encode(&self, mut encoder: DescriptorEncoder) -> std::fmt::Result {
+            encode_gauge_family(
+                &mut encoder,
+                "value",
+                "A value per pair.",
+                None,
+                [
+                    (
+                        PairLabels {
+                            metric: "b\"q\\\n".into(),
+                            cpu: 1,
+                        },
+                        0.5,
+                    ),
+                    (
+                        PairLabels {
+                            metric: "a".into(),
+                            cpu: 0,
+                        },
+                        7.0,
+                    ),
+                ],
+            )?;
+            encode_gauge(
+                &mut encoder,
+                "wait",
+                "Time waited.",
+                Some(Unit::Seconds),
+                Some(1.5),
+            )?;
+            encode_gauge::<u64>(&mut encoder, "absent", "Not measured.", None, None)?;
+            encode_gauge(&mut encoder, "count", "A count.", None, Some(u64::MAX))
+        }
+    }
+
     #[test]
-    fn families_labels_and_numbers_are_written_as_openmetrics_wants() {
-        let mut out = String::new();
-        gauge_family(&mut out, "x_seconds", "a\\b\nc", Some("seconds"));
+    fn expositions_come_from_prometheus_client_in_the_order_written() {
         assert_eq!(
-            out,
-            "# TYPE x_seconds gauge\n# UNIT x_seconds seconds\n# HELP x_seconds a\\\\b\\nc\n"
+            render_exposition("hwqos_x", Example),
+            "# HELP hwqos_x_value A value per pair.\n\
+             # TYPE hwqos_x_value gauge\n\
+             hwqos_x_value{metric=\"b\\\"q\\\\\\n\",cpu=\"1\"} 0.5\n\
+             hwqos_x_value{metric=\"a\",cpu=\"0\"} 7.0\n\
+             # HELP hwqos_x_wait_seconds Time waited.\n\
+             # TYPE hwqos_x_wait_seconds gauge\n\
+             # UNIT hwqos_x_wait_seconds seconds\n\
+             hwqos_x_wait_seconds 1.5\n\
+             # HELP hwqos_x_absent Not measured.\n\
+             # TYPE hwqos_x_absent gauge\n\
+             # HELP hwqos_x_count A count.\n\
+             # TYPE hwqos_x_count gauge\n\
+             hwqos_x_count 18446744073709551615\n\
+             # EOF\n"
         );
+    }
+
+    #[test]
+    fn the_monitors_helpers_write_labels_and_numbers_as_openmetrics_wants() {
         assert_eq!(escape_label("a\"b\\c\nd"), "a\\\"b\\\\c\\nd");
+        assert_eq!(escape_help("a\\b\nc"), "a\\\\b\\nc");
         assert_eq!(number(f64::NAN), "NaN");
         assert_eq!(number(f64::INFINITY), "+Inf");
         assert_eq!(number(f64::NEG_INFINITY), "-Inf");
