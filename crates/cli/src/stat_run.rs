@@ -328,14 +328,7 @@ fn count_once(
             Wait::Tick => {
                 ticks += 1;
                 let now = set.read(backend)?;
-                let deltas: Vec<Reading> = match &previous {
-                    Some(prev) => now
-                        .iter()
-                        .zip(prev)
-                        .map(|(n, p)| n.delta_since(p))
-                        .collect(),
-                    None => now.clone(),
-                };
+                let deltas = since(&now, previous.as_deref());
                 let info =
                     RunInfo::once(label.clone(), interval.map_or(0, |i| i.as_nanos() as u64));
                 let t = start.elapsed().as_secs_f64();
@@ -352,14 +345,7 @@ fn count_once(
     set.disable(backend)?;
     if let Some(i) = interval {
         // Like perf, -I ends with the last (partial) interval, not totals.
-        let deltas: Vec<Reading> = match &previous {
-            Some(prev) => totals
-                .iter()
-                .zip(prev)
-                .map(|(n, p)| n.delta_since(p))
-                .collect(),
-            None => totals.clone(),
-        };
+        let deltas = since(&totals, previous.as_deref());
         let partial_ns = elapsed_ns.saturating_sub(i.as_nanos() as u64 * u64::from(ticks));
         let info = RunInfo::once(label.clone(), partial_ns);
         write_out(
@@ -383,6 +369,18 @@ fn count_once(
         elapsed_ns,
         status: u8::try_from(status).unwrap_or(255),
     })
+}
+
+/// The counts since `previous` (all of them before the first reading).
+fn since(now: &[Reading], previous: Option<&[Reading]>) -> Vec<Reading> {
+    match previous {
+        Some(prev) => now
+            .iter()
+            .zip(prev)
+            .map(|(n, p)| n.delta_since(p))
+            .collect(),
+        None => now.to_vec(),
+    }
 }
 
 fn write_out(out: &mut dyn Write, text: &str) -> Result<()> {
