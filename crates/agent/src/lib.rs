@@ -4,7 +4,9 @@
 //! `prometheus-client` ([`render_exposition`], [`encode_gauge_family`],
 //! [`encode_gauge`]), the `/metrics` endpoint (with bounded connections: a
 //! header-read timeout, a lifetime and a connection cap) and bounded reads of
-//! configuration files ([`read_config_file`]).
+//! configuration files ([`read_config_file`]); and in [`lifecycle`] the life
+//! of an agent process: exit statuses, configuration errors, systemd's notify
+//! protocol and watchdog, stop and reload signals.
 
 use std::io::IsTerminal;
 use std::path::Path;
@@ -268,6 +270,8 @@ async fn metrics_connection<S>(
 /// Reads a user-given file safely (regular files only, bounded, never
 /// blocking on a FIFO): hwqos-core's one implementation, here for the agents.
 pub use hwqos_core::fs::read_file_bounded;
+
+pub mod lifecycle;
 
 /// [`read_file_bounded`] for text (the file must also be UTF-8): hwqos-core's
 /// `read_text_bounded` under the name the agents use for configurations.
