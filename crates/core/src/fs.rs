@@ -85,6 +85,56 @@ fn file_kind(t: std::fs::FileType) -> &'static str {
     }
 }
 
+/// Replaces `path` with `bytes` so that a reader, or the file after a crash,
+/// holds either the old content or the new one, never a half-written file:
+/// the bytes go to a temporary file in the same directory (created with
+/// `mode`, then synced), which is renamed over `path`; the directory is then
+/// synced so the rename survives a power loss. Missing parent directories are
+/// created. One implementation for every file hwqos saves (models, targets,
+/// contracts, state).
+pub fn write_atomic(path: &Path, bytes: &[u8], mode: u32) -> std::io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    std::fs::create_dir_all(dir)?;
+    let name = path.file_name().ok_or_else(|| {
+        std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            format!("{} names no file", path.display()),
+        )
+    })?;
+    // Unique per process and call, so concurrent writers never share a file.
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let tmp = dir.join(format!(
+        ".{}.{}-{n}.tmp",
+        name.to_string_lossy(),
+        std::process::id()
+    ));
+    let written = (|| {
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(mode)
+            .open(&tmp)?;
+        f.write_all(bytes)?;
+        f.sync_all()?;
+        std::fs::rename(&tmp, path)
+    })();
+    if let Err(e) = written {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(e);
+    }
+    // Best effort: some file systems refuse to sync a directory.
+    if let Ok(d) = std::fs::File::open(dir) {
+        let _ = d.sync_all();
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -121,5 +171,36 @@ mod tests {
         let ok = dir.path().join("ok");
         std::fs::write(&ok, "k = 1\n").unwrap();
         assert_eq!(read_text_bounded(&ok, 1024).unwrap(), "k = 1\n");
+    }
+
+    #[test]
+    fn write_atomic_replaces_whole_files_and_leaves_no_temporary() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("sub/model.json");
+        write_atomic(&path, b"first", 0o644).unwrap();
+        write_atomic(&path, b"second, longer", 0o600).unwrap();
+        assert_eq!(std::fs::read(&path).unwrap(), b"second, longer");
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600, "the new file's mode");
+        let names: Vec<_> = std::fs::read_dir(dir.path().join("sub"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(names, vec![std::ffi::OsString::from("model.json")]);
+    }
+
+    #[test]
+    fn write_atomic_keeps_the_old_file_when_it_cannot_write() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("model.json");
+        write_atomic(&path, b"old", 0o644).unwrap();
+        // A directory where the file should go: the rename fails.
+        let blocked = dir.path().join("blocked");
+        std::fs::create_dir(&blocked).unwrap();
+        std::fs::write(blocked.join("x"), b"").unwrap();
+        assert!(write_atomic(&blocked, b"new", 0o644).is_err());
+        assert_eq!(std::fs::read(&path).unwrap(), b"old");
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 2);
     }
 }

@@ -16,6 +16,7 @@
 //! - [`mem`]: fresh anonymous pages with a known page-fault count;
 //! - [`fs`]: reading user-given files safely (regular files only, bounded).
 
+pub mod affinity;
 pub mod filter;
 pub mod fs;
 pub mod mem;
