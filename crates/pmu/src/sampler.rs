@@ -126,6 +126,18 @@ pub struct Sampler {
 }
 
 impl Sampler {
+    /// A sampler for this node as every hwqos tool builds one: this node's
+    /// event catalog, the `perf_event` backend and `/proc` targets, never
+    /// counting the calling process itself. The one place that assembles it.
+    pub fn for_this_node(cfg: SamplerConfig) -> Result<Sampler, PmuError> {
+        Sampler::new(
+            cfg,
+            &Catalog::for_this_node(),
+            Box::new(crate::backend::perf::PerfBackend::for_this_node()),
+            Resolver::for_this_node().excluding_pid(Some(std::process::id())),
+        )
+    }
+
     /// Resolves the event names and targets and opens the counter groups
     /// (disabled). Unknown event names, an event set with more hardware events
     /// than the backend can count at once, bad selectors and bad penalties are
