@@ -48,6 +48,19 @@ version=$(dpkg-query -W -f='${Version}' linux-source-6.1 2>/dev/null || echo unk
 [[ $version == "$tested_version" ]] ||
 	log "note: linux-source-6.1 is $version; the series was made against $tested_version"
 
+# The kernel's style checker first (seconds): the series must pass
+# checkpatch.pl --strict, and the check must catch a known defect (a copy of
+# patch 1 with trailing whitespace added).
+log "checkpatch.pl --strict on the series"
+"$here/checkpatch.sh" >&2 || die "checkpatch.pl --strict: see above"
+control=$(mktemp)
+sed 's/^+#define SCHED_SRA\t\t8$/&  /' "$here"/patches/0001-*.patch >"$control"
+if "$here/checkpatch.sh" "$control" >/dev/null 2>&1; then
+	rm -f "$control"
+	die "checkpatch.sh passed a patch with trailing whitespace (negative control)"
+fi
+rm -f "$control"
+
 # The cache key covers everything that goes into bzImage.
 key=$( (echo "$version"; cat "$here"/patches/*.patch "$here/sra.config") | sha256sum | cut -c1-16)
 build=$cache/build-$key
