@@ -2,7 +2,7 @@
 //! reports a bad configuration, which exit status it ends with, how it talks
 //! to systemd (`Type=notify`, `WatchdogSec=`) and how it learns it must stop.
 //!
-//! Conventions every agent follows (documented for users in `docs/agents.md`):
+//! Conventions every agent follows (documented for users in `docs/deploy.md`):
 //!
 //! - Exit status **0**: success, including a shutdown asked for by SIGTERM or
 //!   SIGINT. **1**: a runtime failure. **2**: bad input — a configuration,

@@ -102,9 +102,7 @@ fn run(plan: &Plan) -> Result<(), String> {
 }
 
 fn pin_to_cpu(cpu: usize) -> Result<(), String> {
-    let mut set = nix::sched::CpuSet::new();
-    set.set(cpu).map_err(|e| format!("cpu {cpu}: {e}"))?;
-    nix::sched::sched_setaffinity(nix::unistd::Pid::from_raw(0), &set)
+    hwqos_core::affinity::pin_current_thread(cpu as u32)
         .map_err(|e| format!("pinning to cpu {cpu}: {e}"))
 }
 

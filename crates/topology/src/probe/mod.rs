@@ -59,7 +59,7 @@ use std::hint::black_box;
 #[derive(Debug, thiserror::Error)]
 pub enum ProbeError {
     #[error("cannot pin the probe to CPU {cpu}: {source}")]
-    Pin { cpu: u32, source: nix::Error },
+    Pin { cpu: u32, source: std::io::Error },
     #[error("{what}: {source}")]
     Io {
         what: String,
@@ -569,13 +569,9 @@ fn cpu_times(cpu: u32) -> Option<CpuTimes> {
 
 /// The last CPU this thread may run on (CPU 0 often takes most interrupts).
 pub fn default_cpu() -> u32 {
-    use nix::sched::{sched_getaffinity, CpuSet};
-    use nix::unistd::Pid;
-    let set = sched_getaffinity(Pid::from_raw(0)).unwrap_or_else(|_| CpuSet::new());
-    (0..CpuSet::count())
-        .rev()
-        .find(|c| set.is_set(*c).unwrap_or(false))
-        .map(|c| c as u32)
+    hwqos_core::affinity::thread_affinity(0)
+        .ok()
+        .and_then(|cpus| cpus.last().copied())
         .unwrap_or(0)
 }
 
@@ -591,18 +587,13 @@ fn loadavg_1m() -> Option<f64> {
 /// Pins the calling thread to one CPU until dropped, then restores its
 /// previous affinity.
 pub struct Pinned {
-    previous: Option<nix::sched::CpuSet>,
+    previous: Option<Vec<u32>>,
 }
 
 impl Pinned {
     pub fn to(cpu: u32) -> Result<Pinned, ProbeError> {
-        use nix::sched::{sched_getaffinity, sched_setaffinity, CpuSet};
-        use nix::unistd::Pid;
-        let previous = sched_getaffinity(Pid::from_raw(0)).ok();
-        let mut set = CpuSet::new();
-        set.set(cpu as usize)
-            .map_err(|source| ProbeError::Pin { cpu, source })?;
-        sched_setaffinity(Pid::from_raw(0), &set)
+        let previous = hwqos_core::affinity::thread_affinity(0).ok();
+        hwqos_core::affinity::pin_current_thread(cpu)
             .map_err(|source| ProbeError::Pin { cpu, source })?;
         Ok(Pinned { previous })
     }
@@ -610,8 +601,8 @@ impl Pinned {
 
 impl Drop for Pinned {
     fn drop(&mut self) {
-        if let Some(set) = &self.previous {
-            let _ = nix::sched::sched_setaffinity(nix::unistd::Pid::from_raw(0), set);
+        if let Some(cpus) = &self.previous {
+            let _ = hwqos_core::affinity::set_thread_affinity(0, cpus);
         }
     }
 }
