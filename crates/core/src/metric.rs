@@ -204,6 +204,148 @@ impl MetricInfo {
     }
 }
 
+/// The name of every metric in [`REGISTRY`] as a constant: code that produces
+/// or looks up one of hwqos's own metrics names it through these, so a typo
+/// is a compile error rather than a silently empty series.
+pub mod names {
+    /// `hw.cycles`
+    pub const HW_CYCLES: &str = "hw.cycles";
+    /// `hw.ref_cycles`
+    pub const HW_REF_CYCLES: &str = "hw.ref_cycles";
+    /// `hw.instructions`
+    pub const HW_INSTRUCTIONS: &str = "hw.instructions";
+    /// `hw.branches`
+    pub const HW_BRANCHES: &str = "hw.branches";
+    /// `hw.branch.miss`
+    pub const HW_BRANCH_MISS: &str = "hw.branch.miss";
+    /// `hw.cache.ref`
+    pub const HW_CACHE_REF: &str = "hw.cache.ref";
+    /// `hw.cache.miss`
+    pub const HW_CACHE_MISS: &str = "hw.cache.miss";
+    /// `hw.bus_cycles`
+    pub const HW_BUS_CYCLES: &str = "hw.bus_cycles";
+    /// `hw.stalled_cycles.frontend`
+    pub const HW_STALLED_CYCLES_FRONTEND: &str = "hw.stalled_cycles.frontend";
+    /// `hw.stalled_cycles.backend`
+    pub const HW_STALLED_CYCLES_BACKEND: &str = "hw.stalled_cycles.backend";
+    /// `hw.l1d.access`
+    pub const HW_L1D_ACCESS: &str = "hw.l1d.access";
+    /// `hw.l1d.miss`
+    pub const HW_L1D_MISS: &str = "hw.l1d.miss";
+    /// `hw.l1d.store`
+    pub const HW_L1D_STORE: &str = "hw.l1d.store";
+    /// `hw.l1i.access`
+    pub const HW_L1I_ACCESS: &str = "hw.l1i.access";
+    /// `hw.l1i.miss`
+    pub const HW_L1I_MISS: &str = "hw.l1i.miss";
+    /// `hw.l2.access`
+    pub const HW_L2_ACCESS: &str = "hw.l2.access";
+    /// `hw.l2.miss`
+    pub const HW_L2_MISS: &str = "hw.l2.miss";
+    /// `hw.llc.access`
+    pub const HW_LLC_ACCESS: &str = "hw.llc.access";
+    /// `hw.llc.miss`
+    pub const HW_LLC_MISS: &str = "hw.llc.miss";
+    /// `hw.dtlb.access`
+    pub const HW_DTLB_ACCESS: &str = "hw.dtlb.access";
+    /// `hw.dtlb.miss`
+    pub const HW_DTLB_MISS: &str = "hw.dtlb.miss";
+    /// `hw.itlb.access`
+    pub const HW_ITLB_ACCESS: &str = "hw.itlb.access";
+    /// `hw.itlb.miss`
+    pub const HW_ITLB_MISS: &str = "hw.itlb.miss";
+    /// `hw.bpu.access`
+    pub const HW_BPU_ACCESS: &str = "hw.bpu.access";
+    /// `hw.bpu.miss`
+    pub const HW_BPU_MISS: &str = "hw.bpu.miss";
+    /// `hw.node.access`
+    pub const HW_NODE_ACCESS: &str = "hw.node.access";
+    /// `hw.node.miss`
+    pub const HW_NODE_MISS: &str = "hw.node.miss";
+    /// `sw.task_clock`
+    pub const SW_TASK_CLOCK: &str = "sw.task_clock";
+    /// `sw.cpu_clock`
+    pub const SW_CPU_CLOCK: &str = "sw.cpu_clock";
+    /// `sw.page_faults`
+    pub const SW_PAGE_FAULTS: &str = "sw.page_faults";
+    /// `sw.minor_faults`
+    pub const SW_MINOR_FAULTS: &str = "sw.minor_faults";
+    /// `sw.major_faults`
+    pub const SW_MAJOR_FAULTS: &str = "sw.major_faults";
+    /// `sw.context_switches`
+    pub const SW_CONTEXT_SWITCHES: &str = "sw.context_switches";
+    /// `sw.cpu_migrations`
+    pub const SW_CPU_MIGRATIONS: &str = "sw.cpu_migrations";
+    /// `sw.alignment_faults`
+    pub const SW_ALIGNMENT_FAULTS: &str = "sw.alignment_faults";
+    /// `sw.emulation_faults`
+    pub const SW_EMULATION_FAULTS: &str = "sw.emulation_faults";
+    /// `os.cpu.util`
+    pub const OS_CPU_UTIL: &str = "os.cpu.util";
+    /// `os.cpu.user`
+    pub const OS_CPU_USER: &str = "os.cpu.user";
+    /// `os.cpu.system`
+    pub const OS_CPU_SYSTEM: &str = "os.cpu.system";
+    /// `os.cpu.iowait`
+    pub const OS_CPU_IOWAIT: &str = "os.cpu.iowait";
+    /// `os.cpu.irq`
+    pub const OS_CPU_IRQ: &str = "os.cpu.irq";
+    /// `os.interrupts`
+    pub const OS_INTERRUPTS: &str = "os.interrupts";
+    /// `os.softirqs`
+    pub const OS_SOFTIRQS: &str = "os.softirqs";
+    /// `os.ctxt`
+    pub const OS_CTXT: &str = "os.ctxt";
+    /// `os.runqueue`
+    pub const OS_RUNQUEUE: &str = "os.runqueue";
+    /// `os.load1`
+    pub const OS_LOAD1: &str = "os.load1";
+    /// `os.proc.cpu`
+    pub const OS_PROC_CPU: &str = "os.proc.cpu";
+    /// `os.proc.minor_faults`
+    pub const OS_PROC_MINOR_FAULTS: &str = "os.proc.minor_faults";
+    /// `os.proc.major_faults`
+    pub const OS_PROC_MAJOR_FAULTS: &str = "os.proc.major_faults";
+    /// `os.proc.threads`
+    pub const OS_PROC_THREADS: &str = "os.proc.threads";
+    /// `os.proc.rss`
+    pub const OS_PROC_RSS: &str = "os.proc.rss";
+    /// `os.mem.available`
+    pub const OS_MEM_AVAILABLE: &str = "os.mem.available";
+    /// `derived.ipc`
+    pub const DERIVED_IPC: &str = "derived.ipc";
+    /// `derived.cpi`
+    pub const DERIVED_CPI: &str = "derived.cpi";
+    /// `derived.l1d.miss_ratio`
+    pub const DERIVED_L1D_MISS_RATIO: &str = "derived.l1d.miss_ratio";
+    /// `derived.l2.miss_ratio`
+    pub const DERIVED_L2_MISS_RATIO: &str = "derived.l2.miss_ratio";
+    /// `derived.llc.miss_ratio`
+    pub const DERIVED_LLC_MISS_RATIO: &str = "derived.llc.miss_ratio";
+    /// `derived.dtlb.miss_ratio`
+    pub const DERIVED_DTLB_MISS_RATIO: &str = "derived.dtlb.miss_ratio";
+    /// `derived.branch.miss_ratio`
+    pub const DERIVED_BRANCH_MISS_RATIO: &str = "derived.branch.miss_ratio";
+    /// `derived.cpu_utilization`
+    pub const DERIVED_CPU_UTILIZATION: &str = "derived.cpu_utilization";
+    /// `derived.cpi.base`
+    pub const DERIVED_CPI_BASE: &str = "derived.cpi.base";
+    /// `derived.cpi.l1d`
+    pub const DERIVED_CPI_L1D: &str = "derived.cpi.l1d";
+    /// `derived.cpi.l1i`
+    pub const DERIVED_CPI_L1I: &str = "derived.cpi.l1i";
+    /// `derived.cpi.l2`
+    pub const DERIVED_CPI_L2: &str = "derived.cpi.l2";
+    /// `derived.cpi.llc`
+    pub const DERIVED_CPI_LLC: &str = "derived.cpi.llc";
+    /// `derived.cpi.dtlb`
+    pub const DERIVED_CPI_DTLB: &str = "derived.cpi.dtlb";
+    /// `derived.cpi.itlb`
+    pub const DERIVED_CPI_ITLB: &str = "derived.cpi.itlb";
+    /// `derived.cpi.branch`
+    pub const DERIVED_CPI_BRANCH: &str = "derived.cpi.branch";
+}
+
 /// A registry row: name, unit, kind, help.
 pub type RegistryEntry = (&'static str, Unit, MetricKind, &'static str);
 
@@ -213,328 +355,383 @@ use Unit::*;
 /// Every metric hwqos itself produces, with unit, kind and a one-line help.
 pub const REGISTRY: &[RegistryEntry] = &[
     // PMU hardware events (generic names; see hwqos-pmu's catalog for encodings).
-    ("hw.cycles", Events, Counter, "CPU cycles"),
+    (names::HW_CYCLES, Events, Counter, "CPU cycles"),
     (
-        "hw.ref_cycles",
+        names::HW_REF_CYCLES,
         Events,
         Counter,
         "reference cycles (constant rate)",
     ),
-    ("hw.instructions", Events, Counter, "instructions retired"),
     (
-        "hw.branches",
+        names::HW_INSTRUCTIONS,
+        Events,
+        Counter,
+        "instructions retired",
+    ),
+    (
+        names::HW_BRANCHES,
         Events,
         Counter,
         "branch instructions retired",
     ),
-    ("hw.branch.miss", Events, Counter, "mispredicted branches"),
     (
-        "hw.cache.ref",
+        names::HW_BRANCH_MISS,
+        Events,
+        Counter,
+        "mispredicted branches",
+    ),
+    (
+        names::HW_CACHE_REF,
         Events,
         Counter,
         "last-level cache references (perf generic)",
     ),
     (
-        "hw.cache.miss",
+        names::HW_CACHE_MISS,
         Events,
         Counter,
         "last-level cache misses (perf generic)",
     ),
-    ("hw.bus_cycles", Events, Counter, "bus cycles"),
+    (names::HW_BUS_CYCLES, Events, Counter, "bus cycles"),
     (
-        "hw.stalled_cycles.frontend",
+        names::HW_STALLED_CYCLES_FRONTEND,
         Events,
         Counter,
         "cycles stalled in the front end",
     ),
     (
-        "hw.stalled_cycles.backend",
+        names::HW_STALLED_CYCLES_BACKEND,
         Events,
         Counter,
         "cycles stalled in the back end",
     ),
     (
-        "hw.l1d.access",
+        names::HW_L1D_ACCESS,
         Events,
         Counter,
         "L1 data cache read accesses",
     ),
-    ("hw.l1d.miss", Events, Counter, "L1 data cache read misses"),
     (
-        "hw.l1d.store",
+        names::HW_L1D_MISS,
+        Events,
+        Counter,
+        "L1 data cache read misses",
+    ),
+    (
+        names::HW_L1D_STORE,
         Events,
         Counter,
         "L1 data cache write accesses",
     ),
     (
-        "hw.l1i.access",
+        names::HW_L1I_ACCESS,
         Events,
         Counter,
         "L1 instruction cache accesses",
     ),
     (
-        "hw.l1i.miss",
+        names::HW_L1I_MISS,
         Events,
         Counter,
         "L1 instruction cache misses",
     ),
     (
-        "hw.l2.access",
+        names::HW_L2_ACCESS,
         Events,
         Counter,
         "L2 cache accesses (model-specific event)",
     ),
     (
-        "hw.l2.miss",
+        names::HW_L2_MISS,
         Events,
         Counter,
         "L2 cache misses (model-specific event)",
     ),
     (
-        "hw.llc.access",
+        names::HW_LLC_ACCESS,
         Events,
         Counter,
         "last-level cache read accesses",
     ),
     (
-        "hw.llc.miss",
+        names::HW_LLC_MISS,
         Events,
         Counter,
         "last-level cache read misses",
     ),
-    ("hw.dtlb.access", Events, Counter, "data TLB read accesses"),
-    ("hw.dtlb.miss", Events, Counter, "data TLB read misses"),
     (
-        "hw.itlb.access",
+        names::HW_DTLB_ACCESS,
+        Events,
+        Counter,
+        "data TLB read accesses",
+    ),
+    (names::HW_DTLB_MISS, Events, Counter, "data TLB read misses"),
+    (
+        names::HW_ITLB_ACCESS,
         Events,
         Counter,
         "instruction TLB accesses",
     ),
-    ("hw.itlb.miss", Events, Counter, "instruction TLB misses"),
     (
-        "hw.bpu.access",
+        names::HW_ITLB_MISS,
+        Events,
+        Counter,
+        "instruction TLB misses",
+    ),
+    (
+        names::HW_BPU_ACCESS,
         Events,
         Counter,
         "branch prediction unit accesses",
     ),
     (
-        "hw.bpu.miss",
+        names::HW_BPU_MISS,
         Events,
         Counter,
         "branch prediction unit misses",
     ),
     (
-        "hw.node.access",
+        names::HW_NODE_ACCESS,
         Events,
         Counter,
         "local NUMA node memory accesses",
     ),
     (
-        "hw.node.miss",
+        names::HW_NODE_MISS,
         Events,
         Counter,
         "remote NUMA node memory accesses",
     ),
     // Kernel software events.
     (
-        "sw.task_clock",
+        names::SW_TASK_CLOCK,
         Nanoseconds,
         Counter,
         "time the task ran on a CPU (ns)",
     ),
-    ("sw.cpu_clock", Nanoseconds, Counter, "CPU clock time (ns)"),
-    ("sw.page_faults", Events, Counter, "page faults"),
-    ("sw.minor_faults", Events, Counter, "minor page faults"),
-    ("sw.major_faults", Events, Counter, "major page faults"),
-    ("sw.context_switches", Events, Counter, "context switches"),
     (
-        "sw.cpu_migrations",
+        names::SW_CPU_CLOCK,
+        Nanoseconds,
+        Counter,
+        "CPU clock time (ns)",
+    ),
+    (names::SW_PAGE_FAULTS, Events, Counter, "page faults"),
+    (names::SW_MINOR_FAULTS, Events, Counter, "minor page faults"),
+    (names::SW_MAJOR_FAULTS, Events, Counter, "major page faults"),
+    (
+        names::SW_CONTEXT_SWITCHES,
+        Events,
+        Counter,
+        "context switches",
+    ),
+    (
+        names::SW_CPU_MIGRATIONS,
         Events,
         Counter,
         "migrations between CPUs",
     ),
-    ("sw.alignment_faults", Events, Counter, "alignment faults"),
-    ("sw.emulation_faults", Events, Counter, "emulation faults"),
+    (
+        names::SW_ALIGNMENT_FAULTS,
+        Events,
+        Counter,
+        "alignment faults",
+    ),
+    (
+        names::SW_EMULATION_FAULTS,
+        Events,
+        Counter,
+        "emulation faults",
+    ),
     // Operating-system statistics from procfs.
     (
-        "os.cpu.util",
+        names::OS_CPU_UTIL,
         Ratio,
         Gauge,
         "CPU utilization over the interval (busy / total jiffies)",
     ),
     (
-        "os.cpu.user",
+        names::OS_CPU_USER,
         Ratio,
         Gauge,
         "share of the interval in user mode",
     ),
     (
-        "os.cpu.system",
+        names::OS_CPU_SYSTEM,
         Ratio,
         Gauge,
         "share of the interval in kernel mode",
     ),
     (
-        "os.cpu.iowait",
+        names::OS_CPU_IOWAIT,
         Ratio,
         Gauge,
         "share of the interval waiting for I/O",
     ),
     (
-        "os.cpu.irq",
+        names::OS_CPU_IRQ,
         Ratio,
         Gauge,
         "share of the interval serving hard and soft interrupts",
     ),
     (
-        "os.interrupts",
+        names::OS_INTERRUPTS,
         Events,
         Counter,
         "hardware interrupts serviced (from /proc/interrupts)",
     ),
     (
-        "os.softirqs",
+        names::OS_SOFTIRQS,
         Events,
         Counter,
         "soft interrupts serviced (from /proc/softirqs)",
     ),
     (
-        "os.ctxt",
+        names::OS_CTXT,
         Events,
         Counter,
         "context switches, whole system (from /proc/stat)",
     ),
     (
-        "os.runqueue",
+        names::OS_RUNQUEUE,
         Dimensionless,
         Gauge,
         "runnable tasks (from /proc/loadavg)",
     ),
-    ("os.load1", Dimensionless, Gauge, "1-minute load average"),
     (
-        "os.proc.cpu",
+        names::OS_LOAD1,
+        Dimensionless,
+        Gauge,
+        "1-minute load average",
+    ),
+    (
+        names::OS_PROC_CPU,
         Ratio,
         Gauge,
         "process CPU time over the interval, in CPUs",
     ),
     (
-        "os.proc.minor_faults",
+        names::OS_PROC_MINOR_FAULTS,
         Events,
         Counter,
         "process minor faults (from /proc/PID/stat)",
     ),
     (
-        "os.proc.major_faults",
+        names::OS_PROC_MAJOR_FAULTS,
         Events,
         Counter,
         "process major faults (from /proc/PID/stat)",
     ),
     (
-        "os.proc.threads",
+        names::OS_PROC_THREADS,
         Dimensionless,
         Gauge,
         "process thread count",
     ),
-    ("os.proc.rss", Bytes, Gauge, "process resident set size"),
     (
-        "os.mem.available",
+        names::OS_PROC_RSS,
+        Bytes,
+        Gauge,
+        "process resident set size",
+    ),
+    (
+        names::OS_MEM_AVAILABLE,
         Bytes,
         Gauge,
         "available memory (from /proc/meminfo)",
     ),
     // Derived from one group within one interval.
     (
-        "derived.ipc",
+        names::DERIVED_IPC,
         Dimensionless,
         Gauge,
         "instructions per cycle",
     ),
     (
-        "derived.cpi",
+        names::DERIVED_CPI,
         Dimensionless,
         Gauge,
         "cycles per instruction",
     ),
     (
-        "derived.l1d.miss_ratio",
+        names::DERIVED_L1D_MISS_RATIO,
         Ratio,
         Gauge,
         "L1D misses / L1D accesses",
     ),
     (
-        "derived.l2.miss_ratio",
+        names::DERIVED_L2_MISS_RATIO,
         Ratio,
         Gauge,
         "L2 misses / L2 accesses",
     ),
     (
-        "derived.llc.miss_ratio",
+        names::DERIVED_LLC_MISS_RATIO,
         Ratio,
         Gauge,
         "LLC misses / LLC accesses",
     ),
     (
-        "derived.dtlb.miss_ratio",
+        names::DERIVED_DTLB_MISS_RATIO,
         Ratio,
         Gauge,
         "DTLB misses / DTLB accesses",
     ),
     (
-        "derived.branch.miss_ratio",
+        names::DERIVED_BRANCH_MISS_RATIO,
         Ratio,
         Gauge,
         "branch misses / branches",
     ),
     (
-        "derived.cpu_utilization",
+        names::DERIVED_CPU_UTILIZATION,
         Ratio,
         Gauge,
         "task clock / wall time",
     ),
     (
-        "derived.cpi.base",
+        names::DERIVED_CPI_BASE,
         Dimensionless,
         Gauge,
         "CPI stack: base (non-stall) component",
     ),
     (
-        "derived.cpi.l1d",
+        names::DERIVED_CPI_L1D,
         Dimensionless,
         Gauge,
         "CPI stack: L1D miss component",
     ),
     (
-        "derived.cpi.l1i",
+        names::DERIVED_CPI_L1I,
         Dimensionless,
         Gauge,
         "CPI stack: L1I miss component",
     ),
     (
-        "derived.cpi.l2",
+        names::DERIVED_CPI_L2,
         Dimensionless,
         Gauge,
         "CPI stack: L2 miss component",
     ),
     (
-        "derived.cpi.llc",
+        names::DERIVED_CPI_LLC,
         Dimensionless,
         Gauge,
         "CPI stack: LLC miss component",
     ),
     (
-        "derived.cpi.dtlb",
+        names::DERIVED_CPI_DTLB,
         Dimensionless,
         Gauge,
         "CPI stack: DTLB miss component",
     ),
     (
-        "derived.cpi.itlb",
+        names::DERIVED_CPI_ITLB,
         Dimensionless,
         Gauge,
         "CPI stack: ITLB miss component",
     ),
     (
-        "derived.cpi.branch",
+        names::DERIVED_CPI_BRANCH,
         Dimensionless,
         Gauge,
         "CPI stack: branch misprediction component",
