@@ -493,9 +493,10 @@ pub struct Preemptions(i64);
 
 impl Preemptions {
     pub fn now() -> Preemptions {
-        // SAFETY: getrusage fills the zeroed struct we pass; RUSAGE_THREAD is
-        // valid on Linux.
+        // SAFETY: an all-zero rusage is a valid value (plain integers).
         let mut u: libc::rusage = unsafe { std::mem::zeroed() };
+        // SAFETY: getrusage fills the struct it is given; RUSAGE_THREAD is
+        // valid on Linux.
         unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut u) };
         Preemptions(u.ru_nivcsw)
     }

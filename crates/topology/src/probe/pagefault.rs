@@ -21,8 +21,9 @@ pub struct PageFaultResult {
 }
 
 fn thread_minflt() -> i64 {
-    // SAFETY: getrusage fills the provided struct.
+    // SAFETY: an all-zero rusage is a valid value (plain integers).
     let mut u: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: getrusage fills the struct it is given; RUSAGE_THREAD is valid.
     unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut u) };
     u.ru_minflt
 }

@@ -29,6 +29,7 @@ pub fn fork_exit_wait() -> Result<(), std::io::Error> {
     let pid = unsafe { libc::fork() };
     match pid {
         -1 => Err(std::io::Error::last_os_error()),
+        // SAFETY: in the child, `_exit` is async-signal-safe and ends it at once.
         0 => unsafe { libc::_exit(0) },
         child => {
             let mut status = 0;
