@@ -15,14 +15,14 @@ use hwqos_pmu::backend::perf::PerfBackend;
 use hwqos_pmu::catalog::Catalog;
 use hwqos_pmu::sampler::{Sampler, SamplerConfig};
 use hwqos_pmu::target::{online_cpus, Resolver, TargetSelector};
-use hwqos_sched::analysis::{self, AnalysisParams};
+use hwqos_sched::analysis::AnalysisParams;
 use hwqos_sched::backend::userspace::{
     OverflowRoute, ThrottleMethod, UserspaceBackend, UserspaceOptions,
 };
 use hwqos_sched::backend::{detect, BackendKind, QuotaBackend, QuotaStats};
 use hwqos_sched::contract::{Contract, Guard, Skipped};
 use hwqos_sched::guardian::GuardianClient;
-use hwqos_sched::model::{ProcessModel, Sensitivity, SensitivityModel};
+use hwqos_sched::model::SensitivityModel;
 use hwqos_sched::SchedError;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, VecDeque};
@@ -507,12 +507,13 @@ pub fn run_loop(
         }
         last_eval = Instant::now();
         let list: Vec<Frame> = frames.drain(..).collect();
-        let updated = evaluate(
+        let keys = Resolver::for_this_node();
+        let updated = hwqos_sched::evaluation::evaluate(
             &list,
             &config.monitor.x_metric,
-            &config.monitor.targets,
             &params,
             &mut model,
+            |pid| selector_for(&keys, &config.monitor.targets, pid),
         );
         agent.evaluations += 1;
         if updated == 0 {
@@ -552,78 +553,19 @@ fn save_atomic(path: &Path, bytes: &[u8]) {
     }
 }
 
-/// Analyses the frames of one evaluation period and updates the model;
-/// returns how many processes were updated.
-pub fn evaluate(
-    frames: &[Frame],
-    x_metric: &str,
-    targets: &[TargetSelector],
-    params: &AnalysisParams,
-    model: &mut SensitivityModel,
-) -> usize {
-    let resolver = Resolver::for_this_node();
-    let per_process = analysis::from_frames(frames, x_metric);
-    let mut updated = 0;
-    for (scope, series) in &per_process {
-        let Some(pid) = scope
-            .strip_prefix("pid:")
-            .and_then(|p| p.parse::<u32>().ok())
-        else {
-            continue;
-        };
-        let result = match analysis::analyse(series, params) {
-            Ok(r) => r,
-            Err(e) => {
-                tracing::info!(pid, error = %e, "not analysed");
-                continue;
-            }
-        };
-        tracing::info!("correlation\n{}", result.table());
-        // Keyed by the configured selector when it denotes exactly this process.
-        let selector = targets
-            .iter()
-            .find(|t| {
-                resolver
-                    .resolve(std::slice::from_ref(*t))
-                    .map(|r| r.processes.len() == 1 && r.processes[0].pid == pid)
-                    .unwrap_or(false)
-            })
-            .cloned()
-            .unwrap_or(TargetSelector::Pid(pid));
-        let demand = series
-            .resources
-            .iter()
-            .find(|(k, _)| k.contains("task_clock"))
-            .and_then(|(_, s)| {
-                let mean = s.mean()?;
-                let interval = frames.first()?.interval_ns.max(1) as f64;
-                Some((mean / interval).clamp(0.01, 4096.0))
-            })
-            .unwrap_or(1.0);
-        let old = model
-            .processes
-            .iter()
-            .find(|p| p.process == selector)
-            .cloned();
-        model.upsert(ProcessModel {
-            process: selector,
-            sensitive_to: result
-                .resources
-                .iter()
-                .filter(|r| result.selected.contains(&r.resource))
-                .map(|r| Sensitivity {
-                    resource: r.resource.clone(),
-                    correlation: r.correlation,
-                    level: None,
-                })
-                .collect(),
-            cpu_demand: demand,
-            quotas: old.as_ref().map(|o| o.quotas.clone()).unwrap_or_default(),
-            period_us: old.as_ref().map(|o| o.period_us).unwrap_or(10_000),
-        });
-        updated += 1;
-    }
-    updated
+/// The model key of process `pid`: the configured selector when it denotes
+/// exactly this process (`name:victim`), else `pid:N`.
+pub fn selector_for(resolver: &Resolver, targets: &[TargetSelector], pid: u32) -> TargetSelector {
+    targets
+        .iter()
+        .find(|t| {
+            resolver
+                .resolve(std::slice::from_ref(*t))
+                .map(|r| r.processes.len() == 1 && r.processes[0].pid == pid)
+                .unwrap_or(false)
+        })
+        .cloned()
+        .unwrap_or(TargetSelector::Pid(pid))
 }
 
 /// Shared between the agent thread and the `/metrics` server.

@@ -287,8 +287,8 @@ fn cmd_analyse(a: AnalyseArgs) -> anyhow::Result<()> {
         filter_cutoff: a.cutoff,
         threshold: a.threshold,
     };
-    let per = hwqos_sched::analysis::from_frames(&rec.frames, &a.x);
-    if per.is_empty() {
+    let analyses = hwqos_sched::evaluation::analyse_frames(&rec.frames, &a.x, &params);
+    if analyses.is_empty() {
         return Err(bad(format!(
             "{}: no process scope has both resource samples and `{}`",
             a.recording.display(),
@@ -296,9 +296,9 @@ fn cmd_analyse(a: AnalyseArgs) -> anyhow::Result<()> {
         )));
     }
     let mut results = Vec::new();
-    for series in per.values() {
-        match hwqos_sched::analysis::analyse(series, &params) {
-            Ok(r) => results.push(r),
+    for (series, r) in &analyses {
+        match r {
+            Ok(r) => results.push(r.clone()),
             Err(e) => eprintln!("{}: {e}", series.process),
         }
     }
@@ -319,25 +319,10 @@ fn cmd_analyse(a: AnalyseArgs) -> anyhow::Result<()> {
     }
     if let Some(path) = &a.model {
         let mut model = hwqos_sched::model::SensitivityModel::load(path)?;
-        for r in &results {
-            let process = r.process.parse().map_err(|e| bad(format!("{e}")))?;
-            model.upsert(hwqos_sched::model::ProcessModel {
-                process,
-                sensitive_to: r
-                    .resources
-                    .iter()
-                    .filter(|x| r.selected.contains(&x.resource))
-                    .map(|x| hwqos_sched::model::Sensitivity {
-                        resource: x.resource.clone(),
-                        correlation: x.correlation,
-                        level: None,
-                    })
-                    .collect(),
-                cpu_demand: 1.0,
-                quotas: Default::default(),
-                period_us: 10_000,
-            });
-        }
+        let interval = rec.frames.first().map(|f| f.interval_ns).unwrap_or(1);
+        hwqos_sched::evaluation::update_model(&mut model, &analyses, interval, |pid| {
+            hwqos_pmu::target::TargetSelector::Pid(pid)
+        });
         model.save(path)?;
     }
     Ok(())
@@ -556,23 +541,12 @@ fn cmd_find_limit(a: FindLimitArgs) -> anyhow::Result<()> {
         let sel: hwqos_pmu::target::TargetSelector = format!("pid:{}", a.pid)
             .parse()
             .map_err(|e| bad(format!("{e}")))?;
-        let mut entry = model
-            .processes
-            .iter()
-            .find(|p| p.process == sel)
-            .cloned()
-            .unwrap_or(hwqos_sched::model::ProcessModel {
-                process: sel,
-                sensitive_to: vec![],
-                cpu_demand: 1.0,
-                quotas: Default::default(),
-                period_us: 10_000,
-            });
-        entry
-            .quotas
-            .insert(a.event.clone(), result.quota_per_period);
-        entry.period_us = (a.period_ms * 1000.0).round() as u64;
-        model.upsert(entry);
+        model.record_quota(
+            &sel,
+            &a.event,
+            result.quota_per_period,
+            (a.period_ms * 1000.0).round() as u64,
+        );
         model.save(path)?;
     }
     Ok(())

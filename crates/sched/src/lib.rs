@@ -8,6 +8,8 @@
 //!   table and SVG (thesis Fig. 8.11);
 //! - [`model`]: the resource sensitivity model and manual constraints,
 //!   persisted as JSON with an atomic save;
+//! - [`evaluation`]: one evaluation of the closed loop — frames to
+//!   per-process analyses to an updated model (quotas kept);
 //! - [`decision`]: the decision engine — placement by r̂ and cache domains,
 //!   then by CPU demand, with constraints and explanations;
 //! - [`contract`]: the allocation-and-scheduling contract (`hwqos.contract/1`,
@@ -30,6 +32,7 @@ pub mod counter;
 pub mod deadman;
 pub mod decision;
 pub mod error;
+pub mod evaluation;
 pub mod guardian;
 pub mod input;
 pub mod leech;

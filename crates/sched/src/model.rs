@@ -3,11 +3,11 @@
 //! its measured quotas; persisted as JSON with an atomic save so decisions
 //! survive restarts) and manually defined constraints.
 
+use crate::analysis::ProcessCorrelation;
 use crate::SchedError;
 use hwqos_pmu::target::TargetSelector;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
-use std::io::Write;
 use std::path::Path;
 
 pub const SCHEMA: &str = "hwqos.sensitivity/1";
@@ -32,6 +32,40 @@ pub struct ProcessModel {
 
 fn one() -> f64 {
     1.0
+}
+
+/// The smallest CPU demand a measurement is recorded as (a hundredth of a CPU).
+pub const MIN_CPU_DEMAND: f64 = 0.01;
+/// The largest CPU demand a model accepts.
+pub const MAX_CPU_DEMAND: f64 = 4096.0;
+
+impl ProcessModel {
+    /// A process the model knows nothing of yet: no sensitivities, one CPU of
+    /// demand, no quotas, a 10 ms quota period.
+    pub fn new(process: TargetSelector) -> ProcessModel {
+        ProcessModel {
+            process,
+            sensitive_to: Vec::new(),
+            cpu_demand: one(),
+            quotas: BTreeMap::new(),
+            period_us: default_period_us(),
+        }
+    }
+}
+
+/// The sensitivities an analysis found: its selected resources (|Corr| ≥ θ),
+/// highest |correlation| first, so the first is r̂.
+pub fn sensitivities(analysis: &ProcessCorrelation) -> Vec<Sensitivity> {
+    analysis
+        .resources
+        .iter()
+        .filter(|r| analysis.selected.contains(&r.resource))
+        .map(|r| Sensitivity {
+            resource: r.resource.clone(),
+            correlation: r.correlation,
+            level: None,
+        })
+        .collect()
 }
 fn default_period_us() -> u64 {
     10_000
@@ -175,32 +209,68 @@ impl SensitivityModel {
             .map_err(|e| SchedError::invalid(format!("{}", path.display()), e.to_string()))
     }
 
-    /// Saves atomically: write a temporary file in the same directory, fsync,
-    /// rename over the old one.
+    /// Saves atomically ([`hwqos_core::fs::write_atomic`]: a temporary file
+    /// in the same directory, fsync, rename over the old one), so a crash
+    /// leaves the old model or the new one, never half a file.
     pub fn save(&self, path: &Path) -> Result<(), SchedError> {
-        let dir = path
-            .parent()
-            .filter(|p| !p.as_os_str().is_empty())
-            .unwrap_or(Path::new("."));
-        let file_err = |e| SchedError::File {
+        let json = serde_json::to_string_pretty(self).expect("a model always serializes");
+        hwqos_core::fs::write_atomic(path, json.as_bytes(), 0o644).map_err(|e| SchedError::File {
             path: path.to_path_buf(),
             source: e,
+        })
+    }
+
+    /// The model of `process`, if it has one.
+    pub fn get(&self, process: &TargetSelector) -> Option<&ProcessModel> {
+        self.processes.iter().find(|p| &p.process == process)
+    }
+
+    /// The model of `process`, created with [`ProcessModel::new`]'s defaults
+    /// when it has none yet.
+    pub fn entry(&mut self, process: &TargetSelector) -> &mut ProcessModel {
+        let i = match self.processes.iter().position(|p| &p.process == process) {
+            Some(i) => i,
+            None => {
+                self.processes.push(ProcessModel::new(process.clone()));
+                self.processes.len() - 1
+            }
         };
-        let tmp = dir.join(format!(
-            ".{}.tmp-{}",
-            path.file_name().and_then(|n| n.to_str()).unwrap_or("model"),
-            std::process::id()
-        ));
-        let mut f = std::fs::File::create(&tmp).map_err(file_err)?;
-        f.write_all(
-            serde_json::to_string_pretty(self)
-                .expect("serializes")
-                .as_bytes(),
-        )
-        .and_then(|_| f.sync_all())
-        .map_err(file_err)?;
-        std::fs::rename(&tmp, path).map_err(file_err)?;
-        Ok(())
+        &mut self.processes[i]
+    }
+
+    /// Records a correlation analysis of `process` (thesis Listing 8.1): its
+    /// sensitivities become the selected resources of `analysis`, and its
+    /// CPU demand becomes `cpu_demand` when one was measured. Everything else
+    /// the model knows of the process — the quotas the resource-limit finder
+    /// found and their period — is kept. This is the one conversion from an
+    /// analysis to a model entry (`hwqos-sra analyse --model` and the `run`
+    /// loop both use it).
+    pub fn record_analysis(
+        &mut self,
+        process: &TargetSelector,
+        analysis: &ProcessCorrelation,
+        cpu_demand: Option<f64>,
+    ) {
+        let entry = self.entry(process);
+        entry.sensitive_to = sensitivities(analysis);
+        if let Some(d) = cpu_demand.filter(|d| d.is_finite() && *d > 0.0) {
+            entry.cpu_demand = d.clamp(MIN_CPU_DEMAND, MAX_CPU_DEMAND);
+        }
+    }
+
+    /// Records a quota the resource-limit finder found for `process`
+    /// (thesis Listing 8.2): `quota` events of `event` per `period_us`. The
+    /// sensitivities, CPU demand and the quotas of other events are kept.
+    pub fn record_quota(
+        &mut self,
+        process: &TargetSelector,
+        event: &str,
+        quota: u64,
+        period_us: u64,
+    ) {
+        let entry = self.entry(process);
+        entry.quotas.insert(event.to_string(), quota);
+        entry.period_us = period_us;
     }
 
     /// Inserts or replaces the model of `process`.
@@ -269,6 +339,28 @@ mod tests {
         .unwrap_err()
         .to_string();
         assert!(e.contains("correlation 3"), "{e}");
+    }
+
+    #[test]
+    fn quotas_and_analyses_merge_in_either_order() {
+        let sel: TargetSelector = "name:a".parse().unwrap();
+        let analysis = ProcessCorrelation {
+            process: "pid:1".into(),
+            samples: 3,
+            resources: vec![],
+            selected: vec![],
+            x_raw: vec![],
+            x_filtered: vec![],
+        };
+        let mut m = SensitivityModel::default();
+        m.record_analysis(&sel, &analysis, Some(0.001));
+        assert_eq!(m.get(&sel).unwrap().cpu_demand, MIN_CPU_DEMAND);
+        m.record_quota(&sel, "sw.page_faults", 12, 20_000);
+        m.record_analysis(&sel, &analysis, None);
+        let e = m.get(&sel).unwrap();
+        assert_eq!(e.quotas["sw.page_faults"], 12);
+        assert_eq!((e.period_us, e.cpu_demand), (20_000, MIN_CPU_DEMAND));
+        assert_eq!(m.processes.len(), 1);
     }
 
     #[test]
