@@ -18,6 +18,7 @@
 //! targets = ["name:victim"]
 //! events = ["sw.page_faults", "sw.task_clock", "sw.context_switches"]
 //! x_metric = "app.rate"
+//! api_socket = "/run/hwqos/monitor.sock"  # the monitor's live API; "" = sample alone
 //! [[monitor.app_sources]]
 //! type = "tail_file"
 //! path = "/run/victim/rate"
@@ -35,22 +36,12 @@ use hwqos_pmu::target::TargetSelector;
 use serde::Deserialize;
 use std::path::{Path, PathBuf};
 
-/// The largest configuration file read.
-pub const MAX_CONFIG_BYTES: u64 = 1 << 20;
+pub use hwqos_agent::lifecycle::ConfigError;
 
-#[derive(Debug, thiserror::Error)]
-pub enum ConfigError {
-    #[error("{}: {source}", path.display())]
-    Read {
-        path: PathBuf,
-        source: std::io::Error,
-    },
-    #[error("{}: {message}", path.display())]
-    Parse { path: PathBuf, message: String },
-    #[error("{}: {message}", path.display())]
-    Invalid { path: PathBuf, message: String },
-}
+/// Where `hwqos-monitor` serves its live API by default.
+pub const DEFAULT_MONITOR_SOCKET: &str = "/run/hwqos/monitor.sock";
 
+/// The configuration of `hwqos-sra run`.
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Config {
@@ -108,6 +99,16 @@ pub struct MonitorSection {
     pub x_metric: String,
     #[serde(default)]
     pub app_sources: Vec<AppSource>,
+    /// The node monitor's live API socket. While `hwqos-monitor` serves it,
+    /// the agent reads its frames there and opens no counters of its own;
+    /// otherwise (absent, refused, dropped) it samples itself and tries the
+    /// monitor again later. Empty: never use the monitor.
+    #[serde(default = "default_api_socket")]
+    pub api_socket: PathBuf,
+}
+
+fn default_api_socket() -> PathBuf {
+    DEFAULT_MONITOR_SOCKET.into()
 }
 
 fn default_events() -> Vec<String> {
@@ -140,91 +141,107 @@ impl Default for AnalysisSection {
 }
 
 impl Config {
+    /// Parses and validates a configuration read from `path`; errors name
+    /// the file, the line and the key.
     pub fn parse(text: &str, path: &Path) -> Result<Config, ConfigError> {
-        let c: Config = toml::from_str(text).map_err(|e| ConfigError::Parse {
-            path: path.to_path_buf(),
-            message: e.to_string(),
-        })?;
-        let bad = |m: String| ConfigError::Invalid {
-            path: path.to_path_buf(),
-            message: m,
-        };
-        let a = &c.agent;
+        let c: Config = toml::from_str(text).map_err(|e| ConfigError::from_toml(path, text, &e))?;
+        c.validate(path, text)?;
+        Ok(c)
+    }
+
+    fn validate(&self, path: &Path, text: &str) -> Result<(), ConfigError> {
+        let bad =
+            |key: &str, expected: String| Err(ConfigError::invalid(path, text, key, expected));
+        let a = &self.agent;
         if !(a.evaluation_period_s.is_finite() && a.evaluation_period_s >= 1.0) {
-            return Err(bad(format!(
-                "agent.evaluation_period_s = {} (at least 1)",
-                a.evaluation_period_s
-            )));
+            return bad(
+                "agent.evaluation_period_s",
+                format!("expected at least 1, found {}", a.evaluation_period_s),
+            );
         }
         if a.sample_interval_ms == 0
             || a.sample_interval_ms as f64 > a.evaluation_period_s * 1000.0 / 3.0
         {
-            return Err(bad(format!(
-                "agent.sample_interval_ms = {} (positive, at most a third of the evaluation period)",
-                a.sample_interval_ms
-            )));
+            return bad(
+                "agent.sample_interval_ms",
+                format!(
+                    "expected a positive interval of at most a third of the evaluation period, found {}",
+                    a.sample_interval_ms
+                ),
+            );
         }
         if !(1..=10_000_000).contains(&a.max_frames) {
-            return Err(bad(format!(
-                "agent.max_frames = {} (1..=10000000)",
-                a.max_frames
-            )));
+            return bad(
+                "agent.max_frames",
+                format!("expected 1..=10000000, found {}", a.max_frames),
+            );
         }
         if !(0..=99).contains(&a.rt_priority) {
-            return Err(bad(format!(
-                "agent.rt_priority = {} (0 = no SCHED_FIFO, or a SCHED_FIFO priority 1..=99)",
-                a.rt_priority
-            )));
+            return bad(
+                "agent.rt_priority",
+                format!(
+                    "expected 0 (no SCHED_FIFO) or a SCHED_FIFO priority 1..=99, found {}",
+                    a.rt_priority
+                ),
+            );
         }
-        crate::agent::parse_enforce(&a.backend, &a.throttle, &a.route)
-            .map_err(|e| bad(format!("agent: {e}")))?;
+        if let Err(e) = crate::enforce::parse_enforce(&a.backend, &a.throttle, &a.route) {
+            return bad(&format!("agent.{}", e.key), e.message);
+        }
         if a.lending && a.route != "agent" {
-            return Err(bad(
-                "agent.lending = true needs agent.route = \"agent\"".into()
-            ));
+            return bad(
+                "agent.lending",
+                "lending = true needs agent.route = \"agent\"".into(),
+            );
         }
-        if c.monitor.targets.is_empty() {
-            return Err(bad("monitor.targets is empty".into()));
+        if self.monitor.targets.is_empty() {
+            return bad("monitor.targets", "expected at least one target".into());
         }
-        if !c.monitor.x_metric.starts_with("app.") {
-            return Err(bad(format!(
-                "monitor.x_metric = `{}` (application metrics are in the app family: app.NAME)",
-                c.monitor.x_metric
-            )));
+        if !self.monitor.x_metric.starts_with("app.") {
+            return bad(
+                "monitor.x_metric",
+                format!(
+                    "expected an application metric (app.NAME), found `{}`",
+                    self.monitor.x_metric
+                ),
+            );
         }
-        let an = &c.analysis;
-        if an.step_ms == 0
-            || !(0.0..=1.0).contains(&an.threshold)
-            || an.filter_cutoff <= 0.0
-            || !(1..=8).contains(&an.filter_order)
-        {
-            return Err(bad(format!(
-                "analysis: step_ms {} > 0, threshold {} in [0, 1], filter_order {} in 1..=8, filter_cutoff {} > 0",
-                an.step_ms, an.threshold, an.filter_order, an.filter_cutoff
-            )));
+        let an = &self.analysis;
+        if an.step_ms == 0 {
+            return bad("analysis.step_ms", "expected a positive step".into());
         }
-        Ok(c)
+        if !(0.0..=1.0).contains(&an.threshold) {
+            return bad(
+                "analysis.threshold",
+                format!("expected a number in [0, 1], found {}", an.threshold),
+            );
+        }
+        if !(1..=8).contains(&an.filter_order) {
+            return bad(
+                "analysis.filter_order",
+                format!("expected 1..=8, found {}", an.filter_order),
+            );
+        }
+        if an.filter_cutoff.is_nan() || an.filter_cutoff <= 0.0 {
+            return bad(
+                "analysis.filter_cutoff",
+                format!("expected a number > 0, found {}", an.filter_cutoff),
+            );
+        }
+        Ok(())
     }
 
     /// Reads and parses a configuration: a regular file of at most 1 MiB
     /// (devices and FIFOs are refused without reading).
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
-        let text =
-            hwqos_sched::input::read_regular(path, MAX_CONFIG_BYTES).map_err(|e| match e {
-                hwqos_sched::SchedError::File { source, .. } => ConfigError::Read {
-                    path: path.to_path_buf(),
-                    source,
-                },
-                hwqos_sched::SchedError::Invalid { reason, .. } => ConfigError::Invalid {
-                    path: path.to_path_buf(),
-                    message: reason,
-                },
-                other => ConfigError::Invalid {
-                    path: path.to_path_buf(),
-                    message: other.to_string(),
-                },
-            })?;
-        Config::parse(&text, path)
+        let (c, text): (Config, String) = hwqos_agent::lifecycle::load_toml(path)?;
+        c.validate(path, &text)?;
+        Ok(c)
+    }
+
+    /// The monitor's live API socket, `None` when disabled (`api_socket = ""`).
+    pub fn monitor_socket(&self) -> Option<&Path> {
+        Some(self.monitor.api_socket.as_path()).filter(|p| !p.as_os_str().is_empty())
     }
 }
 
@@ -247,26 +264,39 @@ mod tests {
         let cases = [
             (
                 format!("{base}[agent]\nevaluation_period_s = 0\n"),
-                "evaluation_period_s",
+                "x.toml:5: key `agent.evaluation_period_s`: expected at least 1, found 0",
             ),
-            (format!("{base}[agent]\nthrottle = \"nap\"\n"), "throttle"),
+            (
+                format!("{base}[agent]\nthrottle = \"nap\"\n"),
+                "x.toml:5: key `agent.throttle`: expected sigstop or freeze, found `nap`",
+            ),
             (
                 format!("{base}[agent]\nlending = true\n"),
-                "lending = true needs",
+                "x.toml:5: key `agent.lending`: lending = true needs",
             ),
-            (base.replace("app.x", "x"), "x_metric"),
-            (base.replace("\"name:a\"", "\"pid:x\""), "invalid target"),
-            (format!("{base}[analysis]\nthreshold = 3\n"), "threshold 3"),
+            (base.replace("app.x", "x"), "x.toml:3: key `monitor.x_metric`"),
+            (
+                base.replace("\"name:a\"", "\"pid:x\""),
+                "x.toml:2: key `monitor.targets`",
+            ),
+            (
+                format!("{base}[analysis]\nthreshold = 3\n"),
+                "x.toml:5: key `analysis.threshold`: expected a number in [0, 1], found 3",
+            ),
             (
                 format!("{base}[agent]\nrt_priority = 1000\n"),
-                "agent.rt_priority = 1000",
+                "x.toml:5: key `agent.rt_priority`: expected 0 (no SCHED_FIFO) or a SCHED_FIFO priority 1..=99, found 1000",
             ),
             (
                 format!("{base}[agent]\nrt_priority = -1\n"),
-                "rt_priority = -1",
+                "found -1",
             ),
             (format!("{base}bogus = 1\n"), "unknown field"),
         ];
+        let c = Config::parse(&format!("{base}api_socket = \"\"\n"), p).unwrap();
+        assert_eq!(c.monitor_socket(), None);
+        let c = Config::parse(base, p).unwrap();
+        assert_eq!(c.monitor_socket(), Some(Path::new(DEFAULT_MONITOR_SOCKET)));
         for (text, want) in cases {
             let e = Config::parse(&text, p).unwrap_err().to_string();
             assert!(e.contains(want), "{e} lacks {want}");

@@ -1,14 +1,29 @@
 //! The `hwqos-sra` agent: shared-resource-aware allocation and quota
-//! scheduling (thesis chapter 8) on top of hwqos-sched. The library holds the
-//! logic; `main.rs` is CLI glue.
+//! scheduling (thesis chapter 8) on top of hwqos-sched. The domain logic —
+//! analysis, the sensitivity model, decisions, contracts, quota backends,
+//! the resource-limit finder and leeches — lives in hwqos-sched; this
+//! library holds the agent: applying contracts, the closed loop, its frames
+//! and its process lifecycle. `main.rs` only parses and dispatches.
 //!
 //! - [`cli`]: the command line (clap), shared with the man-page generator;
 //! - [`config`]: the TOML configuration of `run`;
-//! - [`agent`]: applying contracts (affinity + quota backend + crash
-//!   guardian) and the monitor → analyse → decide → apply loop;
+//! - [`commands`]: one function per subcommand;
+//! - [`enforce`]: backend / throttle mechanism / route words and [`enforce::AgentOptions`];
+//! - [`agent`]: applying contracts (affinity + quota backend + crash guardian);
+//! - [`thaw`]: the throttle state file and `thaw`;
+//! - [`frames`]: frames from the node monitor's live API, or the agent's own
+//!   sampler when no monitor serves;
+//! - [`run`]: the monitor → analyse → decide → apply loop;
+//! - [`service`]: signals, systemd notification and `/metrics` (from hwqos-agent);
 //! - [`metrics`]: the OpenMetrics exposition of the agent's state.
 
 pub mod agent;
 pub mod cli;
+pub mod commands;
 pub mod config;
+pub mod enforce;
+pub mod frames;
 pub mod metrics;
+pub mod run;
+pub mod service;
+pub mod thaw;

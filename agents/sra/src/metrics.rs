@@ -3,7 +3,7 @@
 //! in the monitor and the relay (the `_total` counter naming and the classic
 //! text format `promtool check metrics` lints disagree).
 
-use crate::agent::Snapshot;
+use crate::agent::AgentState;
 use hwqos_agent::{encode_gauge, encode_gauge_family};
 use hwqos_sched::backend::EventStats;
 use prometheus_client::collector::Collector;
@@ -13,7 +13,7 @@ use prometheus_client::registry::Unit;
 pub use hwqos_agent::OPENMETRICS_CONTENT_TYPE as CONTENT_TYPE;
 
 /// Renders a snapshot.
-pub fn render(s: &Snapshot) -> String {
+pub fn render(s: &AgentState) -> String {
     hwqos_agent::render_exposition("hwqos_sra", Exposition(s.clone()))
 }
 
@@ -38,13 +38,18 @@ struct EventLabels {
 }
 
 #[derive(EncodeLabelSet)]
+struct SourceLabels {
+    source: &'static str,
+}
+
+#[derive(EncodeLabelSet)]
 struct QuantileLabels {
     quantile: &'static str,
 }
 
 /// The families of one snapshot, written at each scrape.
 #[derive(Debug)]
-struct Exposition(Snapshot);
+struct Exposition(AgentState);
 
 impl Exposition {
     /// The contract entry of an enforced process ("" when it is not applied).
@@ -115,6 +120,16 @@ impl Collector for Exposition {
         ] {
             encode_gauge(&mut encoder, name, help, None, Some(value))?;
         }
+        encode_gauge_family(
+            &mut encoder,
+            "frames",
+            "Frames received since start, by source: the node monitor's live API or the agent's own sampler.",
+            None,
+            [
+                (SourceLabels { source: "monitor" }, s.frames_from_monitor),
+                (SourceLabels { source: "sampler" }, s.frames_sampled),
+            ],
+        )?;
         encode_gauge_family(
             &mut encoder,
             "pinned_threads",
@@ -207,7 +222,7 @@ impl Collector for Exposition {
 /// Serves `GET /metrics` on `listener` until `stop` turns true.
 pub async fn serve(
     listener: tokio::net::TcpListener,
-    snapshot: crate::agent::SharedSnapshot,
+    snapshot: crate::agent::SharedState,
     stop: tokio::sync::watch::Receiver<bool>,
 ) {
     let exposition = move || render(&snapshot.lock().unwrap_or_else(|p| p.into_inner()));
@@ -220,11 +235,11 @@ mod tests {
 
     #[test]
     fn renders_every_family_once_and_ends_with_eof() {
-        let mut s = Snapshot {
+        let mut s = AgentState {
             backend: "userspace".into(),
             throttle: "sigstop".into(),
             route: "direct".into(),
-            ..Snapshot::default()
+            ..AgentState::default()
         };
         s.applied.insert(
             7,

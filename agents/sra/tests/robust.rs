@@ -483,7 +483,7 @@ fn rt_priority_out_of_range_is_refused_naming_the_key() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{err}");
     assert!(
-        err.contains("agent.rt_priority = 1000") && err.contains("1..=99"),
+        err.contains("sra.toml:2: key `agent.rt_priority`") && err.contains("1..=99, found 1000"),
         "{err}"
     );
     let out = Command::new(bin())

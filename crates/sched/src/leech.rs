@@ -150,6 +150,86 @@ pub fn run(
     Ok(())
 }
 
+/// Leech threads sharing one duty cycle: what `hwqos-sra leech` runs and
+/// what the resource-limit finder ramps ([`crate::limit::Ramp`]).
+pub struct LeechThreads {
+    duty: std::sync::Arc<AtomicU64>,
+    work: std::sync::Arc<AtomicU64>,
+    stop: std::sync::Arc<AtomicBool>,
+    threads: Vec<std::thread::JoinHandle<std::io::Result<()>>>,
+}
+
+impl LeechThreads {
+    /// Starts `threads` (at least one) leech threads at duty `duty` in
+    /// [0, 1], each pinned to `cpu` when given; they run until `stop` is set
+    /// or [`LeechThreads::stop`].
+    pub fn start(
+        spec: &LeechSpec,
+        threads: usize,
+        cpu: Option<u32>,
+        duty: f64,
+        stop: std::sync::Arc<AtomicBool>,
+    ) -> std::io::Result<LeechThreads> {
+        let mut l = LeechThreads {
+            duty: std::sync::Arc::new(AtomicU64::new(duty_ppm(duty))),
+            work: std::sync::Arc::new(AtomicU64::new(0)),
+            stop,
+            threads: Vec::new(),
+        };
+        for i in 0..threads.max(1) {
+            let (spec, duty, stop, work) =
+                (spec.clone(), l.duty.clone(), l.stop.clone(), l.work.clone());
+            let t = std::thread::Builder::new()
+                .name(format!("leech-{i}"))
+                .spawn(move || {
+                    if let Some(c) = cpu {
+                        hwqos_core::affinity::pin_current_thread(c)?;
+                    }
+                    run(&spec, &duty, &stop, &work)
+                })?;
+            l.threads.push(t);
+        }
+        Ok(l)
+    }
+
+    /// Work units done so far by all threads.
+    pub fn work(&self) -> u64 {
+        self.work.load(Ordering::Relaxed)
+    }
+
+    /// Whether a thread has ended (an error, or the stop flag).
+    pub fn any_finished(&self) -> bool {
+        self.threads.iter().any(|t| t.is_finished())
+    }
+
+    /// Stops and joins every thread; the first thread error, if any.
+    pub fn stop(self) -> std::io::Result<()> {
+        self.stop.store(true, Ordering::SeqCst);
+        let mut first = Ok(());
+        for t in self.threads {
+            let r = t
+                .join()
+                .unwrap_or_else(|_| Err(std::io::Error::other("a leech thread panicked")));
+            if first.is_ok() {
+                first = r;
+            }
+        }
+        first
+    }
+}
+
+impl crate::limit::Ramp for LeechThreads {
+    fn set_intensity(&mut self, intensity: f64) {
+        tracing::info!(intensity, "leech intensity");
+        self.duty.store(duty_ppm(intensity), Ordering::SeqCst);
+    }
+}
+
+/// A duty in [0, 1] as parts per million.
+pub fn duty_ppm(duty: f64) -> u64 {
+    (duty.clamp(0.0, 1.0) * DUTY_FULL as f64) as u64
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

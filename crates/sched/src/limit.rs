@@ -3,7 +3,7 @@
 //! resource until x < x_limit, and take the victim's resource usage at the
 //! last acceptable step as its quota O_{r,p}.
 //!
-//! Measurement is behind [`Probe`] and the interference behind [`Ramp`] so
+//! Measurement is behind [`LimitProbe`] and the interference behind [`Ramp`] so
 //! the procedure is tested with known answers and run for real by
 //! `hwqos-sra find-limit` (perf counters on the victim, in-process leeches).
 
@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 use std::time::Duration;
 
 /// Measures the victim over an interval.
-pub trait Probe {
+pub trait LimitProbe {
     /// Runs for `interval` and returns (x, r per second) over it.
     fn measure(&mut self, interval: Duration) -> Result<(f64, f64), SchedError>;
 }
@@ -74,7 +74,7 @@ pub struct LimitResult {
 
 /// Runs Listing 8.2.
 pub fn find_limit(
-    probe: &mut dyn Probe,
+    probe: &mut dyn LimitProbe,
     ramp: &mut dyn Ramp,
     p: &LimitParams,
 ) -> Result<LimitResult, SchedError> {
@@ -130,6 +130,64 @@ pub fn find_limit(
     })
 }
 
+/// The probe of `hwqos-sra find-limit`: *x* is the first number a shell
+/// command prints, run every 200 ms; *r* is a counting counter summed over
+/// every thread of the victim.
+pub struct CommandProbe {
+    argv: Vec<String>,
+    counter: crate::counter::ProcessCounter,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl CommandProbe {
+    /// *x* from `sh -c shell_command`; a set `stop` interrupts a measurement.
+    pub fn new(
+        shell_command: &str,
+        counter: crate::counter::ProcessCounter,
+        stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    ) -> CommandProbe {
+        CommandProbe {
+            argv: vec!["sh".into(), "-c".into(), shell_command.into()],
+            counter,
+            stop,
+        }
+    }
+
+    fn x(&self) -> Result<f64, SchedError> {
+        let out = std::process::Command::new(&self.argv[0])
+            .args(&self.argv[1..])
+            .output()
+            .map_err(|e| SchedError::io(format!("running {:?}", self.argv), e))?;
+        let text = String::from_utf8_lossy(&out.stdout);
+        hwqos_pmu::appmetric::first_number(&text).ok_or_else(|| {
+            SchedError::invalid("x command", format!("{:?} printed no number", self.argv))
+        })
+    }
+}
+
+impl LimitProbe for CommandProbe {
+    fn measure(&mut self, interval: Duration) -> Result<(f64, f64), SchedError> {
+        use std::sync::atomic::Ordering;
+        self.counter.refresh()?;
+        let r0 = self.counter.total();
+        let start = std::time::Instant::now();
+        let mut xs = Vec::new();
+        while start.elapsed() < interval {
+            if self.stop.load(Ordering::SeqCst) {
+                return Err(SchedError::invalid("find-limit", "interrupted"));
+            }
+            std::thread::sleep(Duration::from_millis(200).min(interval));
+            xs.push(self.x()?);
+        }
+        let r1 = self.counter.total();
+        let secs = start.elapsed().as_secs_f64();
+        let x = hwqos_core::stats::mean(&xs).unwrap_or(0.0);
+        let r = (r1 - r0) as f64 / secs;
+        tracing::info!(x, r_per_s = r, "measured");
+        Ok((x, r))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -140,7 +198,7 @@ mod tests {
     /// with ω = 0.9 the limit is 90, crossed above i = 1/6, so with steps of
     /// 0.1 the last acceptable step is i = 0.1 with r = 950/s → 9.5 ≈ 10 per 10 ms.
     struct Model(Rc<Cell<f64>>);
-    impl Probe for Model {
+    impl LimitProbe for Model {
         fn measure(&mut self, _: Duration) -> Result<(f64, f64), SchedError> {
             let i = self.0.get();
             Ok((100.0 - 60.0 * i, 1000.0 * (1.0 - i / 2.0)))
@@ -174,7 +232,7 @@ mod tests {
     #[test]
     fn a_victim_that_never_degrades_gets_its_full_intensity_usage() {
         struct Flat;
-        impl Probe for Flat {
+        impl LimitProbe for Flat {
             fn measure(&mut self, _: Duration) -> Result<(f64, f64), SchedError> {
                 Ok((50.0, 2000.0))
             }

@@ -37,38 +37,26 @@ pub fn cgroup2_path(proc_root: &Path, pid: u32) -> Option<PathBuf> {
         .map(|p| PathBuf::from(p.trim_start_matches('/')))
 }
 
-/// Sets the CPU affinity of one thread.
-pub fn set_thread_affinity(tid: u32, cpus: &[u32]) -> Result<(), SchedError> {
-    let mut set = nix::sched::CpuSet::new();
-    for &c in cpus {
-        set.set(c as usize)
-            .map_err(|e| SchedError::invalid("CPU list", format!("CPU {c}: {e}")))?;
+/// The errors of [`hwqos_core::affinity`] in this crate's terms: a thread
+/// that no longer exists (ESRCH) is [`SchedError::Vanished`].
+fn affinity_error(tid: u32, what: String, e: std::io::Error) -> SchedError {
+    if e.raw_os_error() == Some(libc::ESRCH) {
+        SchedError::Vanished { pid: tid }
+    } else {
+        SchedError::io(what, e)
     }
-    nix::sched::sched_setaffinity(nix::unistd::Pid::from_raw(tid as i32), &set).map_err(|e| {
-        if e == nix::errno::Errno::ESRCH {
-            SchedError::Vanished { pid: tid }
-        } else {
-            SchedError::io(
-                format!("sched_setaffinity({tid}, {cpus:?})"),
-                std::io::Error::from(e),
-            )
-        }
-    })
 }
 
-/// The CPU affinity of one thread, sorted.
+/// Sets the CPU affinity of one thread ([`hwqos_core::affinity::set_thread_affinity`]).
+pub fn set_thread_affinity(tid: u32, cpus: &[u32]) -> Result<(), SchedError> {
+    hwqos_core::affinity::set_thread_affinity(tid, cpus)
+        .map_err(|e| affinity_error(tid, format!("sched_setaffinity({tid}, {cpus:?})"), e))
+}
+
+/// The CPU affinity of one thread, sorted ([`hwqos_core::affinity::thread_affinity`]).
 pub fn thread_affinity(tid: u32) -> Result<Vec<u32>, SchedError> {
-    let set =
-        nix::sched::sched_getaffinity(nix::unistd::Pid::from_raw(tid as i32)).map_err(|e| {
-            if e == nix::errno::Errno::ESRCH {
-                SchedError::Vanished { pid: tid }
-            } else {
-                SchedError::io(format!("sched_getaffinity({tid})"), std::io::Error::from(e))
-            }
-        })?;
-    Ok((0..nix::sched::CpuSet::count() as u32)
-        .filter(|&c| set.is_set(c as usize).unwrap_or(false))
-        .collect())
+    hwqos_core::affinity::thread_affinity(tid)
+        .map_err(|e| affinity_error(tid, format!("sched_getaffinity({tid})"), e))
 }
 
 /// The outcome of pinning a process.
