@@ -31,7 +31,7 @@ const TARGETS: [(LoadMetric, f64); 3] = [
 
 /// The test application: requests every 5 ms, 1 ms of work each; latencies in µs.
 fn application(stop: StopFlag, latencies: Arc<Mutex<Vec<f64>>>) {
-    hwqos_loadsynth::gen::pin_to_cpu(CPU).unwrap();
+    hwqos_core::affinity::pin_current_thread(CPU).unwrap();
     let period = 5_000_000u64;
     let mut next = hwqos_core::time::monotonic_ns() + period;
     while !stop.is_stopped() {

@@ -9,7 +9,7 @@
 //! measured (process scopes pinned to CPU 1), not the whole CPU, so other
 //! tenants' load does not count; generators run at nice −20 when allowed.
 //! The CPU and context-switch generators top up the totals of all generator
-//! threads on their CPU (`hwqos_loadsynth::gen::Siblings`), so the open-loop
+//! threads on their CPU (`hwqos_loadsynth::generator::Siblings`), so the open-loop
 //! replay does not drift when contention changes what the page-fault and
 //! switch generators cost.
 

@@ -5,7 +5,7 @@
 //! at least every ~10 ms and frees its memory on return.
 
 use crate::config::LoadConfig;
-use crate::gen::{self, dcache, Context};
+use crate::generator::{self, dcache, Context};
 use crate::knob::{Knob, StopFlag, WorkCounter};
 use crate::metric::LoadMetric;
 use crate::LoadError;
@@ -64,7 +64,7 @@ pub struct Actuators {
     ranges: BTreeMap<(LoadMetric, u32), (f64, f64)>,
     work: BTreeMap<(LoadMetric, u32), WorkCounter>,
     nice: Option<i32>,
-    siblings: BTreeMap<u32, gen::Siblings>,
+    siblings: BTreeMap<u32, generator::Siblings>,
 }
 
 /// Sets the calling thread's nice value.
@@ -124,7 +124,7 @@ pub fn check_knob(metric: LoadMetric, value: f64, cfg: &LoadConfig) -> Result<()
 
 /// Memory a generator for `metric` uses on one CPU.
 fn memory_of(metric: LoadMetric, caches: &CacheLevels, cfg: &LoadConfig) -> u64 {
-    let page = gen::faults::page_size() as u64;
+    let page = generator::faults::page_size() as u64;
     match metric {
         LoadMetric::PageFaultRate => FAULT_PAGES as u64 * page,
         LoadMetric::DtlbMissRatio => {
@@ -237,39 +237,43 @@ impl Actuators {
             let name = format!("{m}-{cpu}");
             match m {
                 LoadMetric::CpuUtil => act.spawn(name, ctx, move |c| {
-                    gen::cpu::run(c, &knob);
+                    generator::cpu::run(c, &knob);
                     Ok(())
                 })?,
-                LoadMetric::PageFaultRate => {
-                    act.spawn(name, ctx, move |c| gen::faults::run(c, &knob, FAULT_PAGES))?
-                }
+                LoadMetric::PageFaultRate => act.spawn(name, ctx, move |c| {
+                    generator::faults::run(c, &knob, FAULT_PAGES)
+                })?,
                 LoadMetric::ContextSwitchRate => {
-                    act.spawn(name, ctx, move |c| gen::switches::run(c, &knob))?
+                    act.spawn(name, ctx, move |c| generator::switches::run(c, &knob))?
                 }
                 LoadMetric::L1iMissRatio | LoadMetric::ItlbMissRatio => {
                     act.spawn(name, ctx, move |c| {
-                        gen::icache::run(c, &knob);
+                        generator::icache::run(c, &knob);
                         Ok(())
                     })?
                 }
                 LoadMetric::DtlbMissRatio => {
                     let huge = cfg.tlb_huge_pages;
                     let pages = if huge { TLB_PAGES / 8 } else { TLB_PAGES };
-                    act.spawn(name, ctx, move |c| gen::tlb::run(c, &knob, pages, huge))?
+                    act.spawn(name, ctx, move |c| {
+                        generator::tlb::run(c, &knob, pages, huge)
+                    })?
                 }
                 LoadMetric::BranchMissRatio => act.spawn(name, ctx, move |c| {
-                    gen::branch::run(c, &knob);
+                    generator::branch::run(c, &knob);
                     Ok(())
                 })?,
                 LoadMetric::MemBandwidth => {
                     let bytes = 2 * caches.llc_bytes() as usize;
                     let line = caches.line_size();
-                    act.spawn(name, ctx, move |c| gen::membw::run(c, &knob, bytes, line))?
+                    act.spawn(name, ctx, move |c| {
+                        generator::membw::run(c, &knob, bytes, line)
+                    })?
                 }
                 LoadMetric::IoWriteRate => {
                     let io = cfg.io.clone();
                     let max = cfg.caps.max_io_bytes;
-                    act.spawn(name, ctx, move |c| gen::io::run(c, &knob, &io, max))?
+                    act.spawn(name, ctx, move |c| generator::io::run(c, &knob, &io, max))?
                 }
                 _ => unreachable!("cache levels handled above"),
             }
@@ -323,7 +327,7 @@ impl Actuators {
         let handle = std::thread::Builder::new()
             .name(format!("loadgen-{name}"))
             .spawn(move || {
-                gen::pin_to_cpu(ctx.cpu)?;
+                generator::pin_to_cpu(ctx.cpu)?;
                 if let Some(n) = nice {
                     set_thread_nice(n)?;
                 }

@@ -2,7 +2,7 @@
 //! (`deploy/config/loadgen.toml`). Every knob is clamped to its cap, and the
 //! generators' memory is checked against the memory cap before any starts.
 
-use crate::gen::io::IoSettings;
+use crate::generator::io::IoSettings;
 use serde::{Deserialize, Serialize};
 
 /// Hard limits no model or controller can exceed.

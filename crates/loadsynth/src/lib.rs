@@ -4,7 +4,7 @@
 //! measured usage matches a captured target (thesis chapter 6).
 //!
 //! - [`metric`]: the controllable metrics, how each is measured, valid values;
-//! - [`gen`]: the generators (threads pinned per CPU); [`actuate`] starts,
+//! - [`generator`]: the generators (threads pinned per CPU); [`actuate`] starts,
 //!   steers and stops them under the [`config`] safety caps;
 //! - [`source`]: where measurements come from (in-process perf/procfs, the
 //!   monitor's live API); [`sim`]: a simulated plant for tests;
@@ -16,7 +16,7 @@ pub mod actuate;
 pub mod config;
 pub mod control;
 pub mod error;
-pub mod gen;
+pub mod generator;
 pub mod knob;
 pub mod metric;
 pub mod model;

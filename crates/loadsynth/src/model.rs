@@ -101,10 +101,10 @@ impl LoadModel {
         Ok(m)
     }
 
+    /// Saves the model atomically (the previous file stays whole if
+    /// writing fails).
     pub fn save(&self, path: &Path) -> Result<(), LoadError> {
-        let text = serde_json::to_string_pretty(self).expect("models serialize");
-        std::fs::write(path, text + "\n")
-            .map_err(|e| LoadError::Io(format!("writing {}", path.display()), e))
+        crate::targets::save_json(path, self)
     }
 
     /// Checks the model fits `here`: a different CPU model or a different

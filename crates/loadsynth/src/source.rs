@@ -8,11 +8,8 @@
 use crate::metric::{Formula, LoadMetric};
 use crate::LoadError;
 use hwqos_core::{Frame, Scope};
-use hwqos_pmu::backend::perf::PerfBackend;
-use hwqos_pmu::catalog::Catalog;
 use hwqos_pmu::procfs::{parse_proc_stat, CpuTimes};
 use hwqos_pmu::sampler::{Sampler, SamplerConfig};
-use hwqos_pmu::target::Resolver;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
@@ -206,13 +203,7 @@ impl LocalSource {
                     ..SamplerConfig::default()
                 },
             };
-            let s = Sampler::new(
-                cfg,
-                &Catalog::for_this_node(),
-                Box::new(PerfBackend::for_this_node()),
-                Resolver::for_this_node(),
-            )
-            .map_err(|e| LoadError::Measure(e.to_string()))?;
+            let s = Sampler::for_this_node(cfg).map_err(|e| LoadError::Measure(e.to_string()))?;
             if !s.unavailable().is_empty() {
                 let names: Vec<String> = s
                     .unavailable()

@@ -70,6 +70,15 @@ pub(crate) fn read_checked(path: &Path, schema: &str) -> Result<serde_json::Valu
     }
 }
 
+/// Writes `value` as pretty JSON (and a final newline) to `path` through
+/// [`hwqos_core::fs::write_atomic`]: a crash or a failed write leaves the
+/// previous file whole, never half of the new one. Mode 0644.
+pub(crate) fn save_json<T: Serialize>(path: &Path, value: &T) -> Result<(), LoadError> {
+    let text = serde_json::to_string_pretty(value).expect("targets and models serialize") + "\n";
+    hwqos_core::fs::write_atomic(path, text.as_bytes(), 0o644)
+        .map_err(|e| LoadError::Io(format!("writing {}", path.display()), e))
+}
+
 impl LoadTargets {
     /// Targets without a source (hand-written or for tests).
     pub fn new(targets: Vec<Target>) -> LoadTargets {
@@ -118,10 +127,10 @@ impl LoadTargets {
         Ok(t)
     }
 
+    /// Saves the targets atomically (the previous file stays whole if
+    /// writing fails).
     pub fn save(&self, path: &Path) -> Result<(), LoadError> {
-        let text = serde_json::to_string_pretty(self).expect("targets serialize");
-        std::fs::write(path, text + "\n")
-            .map_err(|e| LoadError::Io(format!("writing {}", path.display()), e))
+        save_json(path, self)
     }
 
     /// Keeps only `metrics` (all when empty) and `cpus` (all when `None`).

@@ -6,7 +6,7 @@
 
 use hwqos_loadsynth::actuate::{Actuators, CacheLevels};
 use hwqos_loadsynth::config::LoadConfig;
-use hwqos_loadsynth::gen::dcache;
+use hwqos_loadsynth::generator::dcache;
 use hwqos_loadsynth::LoadMetric;
 use std::sync::Mutex;
 use std::time::Duration;

@@ -30,12 +30,11 @@ use std::time::Duration;
 /// How often every generator looks at its knob and the stop flag.
 pub const SLICE: Duration = Duration::from_millis(10);
 
-/// Pins the calling thread to `cpu`.
-pub fn pin_to_cpu(cpu: u32) -> std::io::Result<()> {
-    let mut set = nix::sched::CpuSet::new();
-    set.set(cpu as usize).map_err(std::io::Error::other)?;
-    nix::sched::sched_setaffinity(nix::unistd::Pid::from_raw(0), &set)
-        .map_err(|e| std::io::Error::other(format!("pinning to CPU {cpu}: {e}")))
+/// Pins the calling thread to `cpu` (through [`hwqos_core::affinity`], the
+/// one pinning implementation), naming the CPU in the error.
+pub(crate) fn pin_to_cpu(cpu: u32) -> std::io::Result<()> {
+    hwqos_core::affinity::pin_current_thread(cpu)
+        .map_err(|e| std::io::Error::new(e.kind(), format!("pinning to CPU {cpu}: {e}")))
 }
 
 /// What every generator thread gets.
