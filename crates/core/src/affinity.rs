@@ -17,9 +17,8 @@ pub fn set_thread_affinity(tid: u32, cpus: &[u32]) -> std::io::Result<()> {
         unsafe { libc::CPU_SET(c as usize, &mut set) };
     }
     // SAFETY: `set` is a valid cpu_set_t of the size passed.
-    let r = unsafe {
-        libc::sched_setaffinity(tid as libc::pid_t, std::mem::size_of_val(&set), &set)
-    };
+    let r =
+        unsafe { libc::sched_setaffinity(tid as libc::pid_t, std::mem::size_of_val(&set), &set) };
     if r == 0 {
         Ok(())
     } else {

@@ -14,6 +14,7 @@ pub const MAX_ORDER: usize = 24;
 /// A first-order section has `b2 = a2 = 0`.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Section {
+    /// Numerator `[b0, b1, b2]`.
     pub b: [f64; 3],
     /// `[a1, a2]` (a0 is 1).
     pub a: [f64; 2],
@@ -137,14 +138,17 @@ impl Butterworth {
         })
     }
 
+    /// The filter order given to [`Butterworth::new`].
     pub fn order(&self) -> usize {
         self.order
     }
 
+    /// The normalized cutoff given to [`Butterworth::new`] (fraction of Nyquist).
     pub fn cutoff(&self) -> f64 {
         self.cutoff
     }
 
+    /// The second-order sections the filter runs, in cascade order.
     pub fn sections(&self) -> &[Section] {
         &self.sections
     }

@@ -24,12 +24,20 @@ pub struct MetricName(String);
 /// Why a string is not a metric name.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum MetricNameError {
+    /// The empty string.
     #[error("metric name is empty")]
     Empty,
+    /// The name (carried) has no dot or does not start with one of [`FAMILIES`].
     #[error("metric name `{0}` must start with one of hw., sw., os., app., derived.")]
     UnknownFamily(String),
+    /// A dot-separated part is empty or has a character outside `[a-z0-9_]`.
     #[error("metric name `{name}` has an invalid part `{part}`: parts are non-empty and use only a-z, 0-9 and _")]
-    BadPart { name: String, part: String },
+    BadPart {
+        /// The whole name as given.
+        name: String,
+        /// The first offending part.
+        part: String,
+    },
 }
 
 impl MetricName {
@@ -70,6 +78,7 @@ impl MetricName {
         }
     }
 
+    /// The name as text, e.g. `hw.l1d.miss`.
     pub fn as_str(&self) -> &str {
         &self.0
     }
@@ -176,9 +185,13 @@ pub enum MetricKind {
 /// What the registry knows about a metric.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct MetricInfo {
+    /// The metric this describes.
     pub name: MetricName,
+    /// The unit of its sample values.
     pub unit: Unit,
+    /// Whether values are per-interval counter increments or levels.
     pub kind: MetricKind,
+    /// One line for humans (OpenMetrics `# HELP`, `hwqos list`).
     pub help: String,
 }
 

@@ -51,9 +51,13 @@ pub enum RecordedBackend {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum CounterClass {
+    /// Only kernel software events (`sw.*`): what a VM without a PMU gives.
     Software,
+    /// Only PMU hardware events (`hw.*`).
     Hardware,
+    /// Both hardware and software events.
     Mixed,
+    /// No counters at all: only OS (procfs), application or derived metrics.
     None,
 }
 
@@ -95,7 +99,10 @@ pub struct RecordingHeader {
     pub started_utc: String,
     /// Configured sampling rate.
     pub rate_hz: f64,
+    /// Which counter backend produced the counts.
     pub backend: RecordedBackend,
+    /// Which kinds of counters the frames hold, so a reader knows whether
+    /// `hw.*` numbers can be expected (see [`CounterClass::of`]).
     pub counters: CounterClass,
     /// The event sets that were rotated (as configured names).
     #[serde(default)]
@@ -131,45 +138,88 @@ impl RecordingHeader {
 /// A recording read back: its header and frames in file order.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Recording {
+    /// The first line of the file.
     pub header: RecordingHeader,
+    /// Every whole frame, in file order (blank lines are skipped).
     pub frames: Vec<Frame>,
-    /// The line of an incomplete last frame that was left out: what a writer
+    /// The line (1-based) of an incomplete last frame that was left out: what a writer
     /// killed in the middle of a frame leaves behind. Readers warn about it;
     /// every whole frame before it is in `frames`.
     pub truncated_at: Option<usize>,
 }
 
 /// Why a recording could not be read.
+///
+/// Every variant carries the `path` the caller gave (for a reader, the name
+/// passed to [`read_recording_from`] or [`read_csv_from`]) and, where one
+/// line is at fault, its 1-based `line` number, so the message locates the
+/// problem.
 #[derive(Debug, thiserror::Error)]
 pub enum RecordingError {
+    /// Opening or reading the file failed.
     #[error("{path}: {source}")]
     Io {
+        /// The recording.
         path: PathBuf,
+        /// The operating system's error.
         #[source]
         source: io::Error,
     },
+    /// The file has no lines at all, so no header.
     #[error("{path}: empty file (expected a `{SCHEMA}` header line)")]
-    Empty { path: PathBuf },
+    Empty {
+        /// The recording.
+        path: PathBuf,
+    },
+    /// A line (or a CSV record) is longer than [`MAX_LINE_BYTES`]; reading
+    /// stops there rather than buffering it.
     #[error("{path}:{line}: line is longer than {limit} bytes")]
     LineTooLong {
+        /// The recording.
         path: PathBuf,
+        /// The 1-based line where the over-long line starts.
         line: usize,
+        /// The limit that was exceeded, in bytes.
         limit: usize,
     },
+    /// The first line is not JSON, has no `schema` field or lacks a header
+    /// field.
     #[error("{path}:1: not a recording header: {message}")]
-    BadHeader { path: PathBuf, message: String },
-    #[error("{path}: unsupported schema `{found}` (this version reads `{SCHEMA}`)")]
-    UnknownSchema { path: PathBuf, found: String },
-    #[error("{path}:{line}: bad frame: {message}")]
-    BadFrame {
+    BadHeader {
+        /// The recording.
         path: PathBuf,
-        line: usize,
+        /// What is wrong with it (serde's message).
         message: String,
     },
+    /// The header names a schema other than [`SCHEMA`] (a newer or older
+    /// format).
+    #[error("{path}: unsupported schema `{found}` (this version reads `{SCHEMA}`)")]
+    UnknownSchema {
+        /// The recording.
+        path: PathBuf,
+        /// The schema the header names.
+        found: String,
+    },
+    /// A frame line that is not a valid frame and is not the last line (a bad
+    /// last line is a truncation, reported in [`Recording::truncated_at`]).
+    #[error("{path}:{line}: bad frame: {message}")]
+    BadFrame {
+        /// The recording.
+        path: PathBuf,
+        /// The 1-based line of the bad frame.
+        line: usize,
+        /// What is wrong with it (serde's message).
+        message: String,
+    },
+    /// A CSV recording with a bad header, a row of the wrong width, an
+    /// unparsable cell, non-UTF-8 text or an unterminated quote.
     #[error("{path}:{line}: bad CSV: {message}")]
     BadCsv {
+        /// The recording.
         path: PathBuf,
+        /// The 1-based line where the bad record starts.
         line: usize,
+        /// What is wrong with it.
         message: String,
     },
 }
@@ -437,10 +487,15 @@ impl<W: Write> CsvWriter<W> {
 /// One CSV row read back.
 #[derive(Clone, Debug, PartialEq)]
 pub struct CsvRow {
+    /// The frame's sequence number ([`Frame::seq`]).
     pub seq: u64,
+    /// The frame's monotonic time in nanoseconds.
     pub mono_ns: u64,
+    /// The frame's wall-clock time as written (RFC 3339 UTC), not parsed.
     pub wall_time: String,
+    /// The scope this row is about.
     pub scope: Scope,
+    /// The scope's label (a process's `comm`); empty when it had none.
     pub label: String,
     /// The non-empty metric cells.
     pub values: BTreeMap<MetricName, f64>,
@@ -451,7 +506,9 @@ pub struct CsvRow {
 /// A CSV recording read back: its metric columns and rows.
 #[derive(Clone, Debug, PartialEq)]
 pub struct CsvTable {
+    /// The metric columns of the header, in column order.
     pub metrics: Vec<MetricName>,
+    /// The data rows, in file order.
     pub rows: Vec<CsvRow>,
 }
 

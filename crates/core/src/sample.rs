@@ -65,8 +65,11 @@ impl CounterReading {
 /// One value of one metric about one scope.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Sample {
+    /// When the value was taken: for counters, the end of the interval.
     pub time: Timestamp,
+    /// What the value is about (the node, a CPU, a process…).
     pub scope: Scope,
+    /// Which metric it is; its unit and kind are in [`MetricName::info`].
     pub metric: MetricName,
     /// The value: for counters the (scaled) increment over the interval, for
     /// gauges the level.
@@ -114,7 +117,9 @@ impl Sample {
 /// A human-readable name for a scope in a frame (for example a process's `comm`).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ScopeLabel {
+    /// The scope named.
     pub scope: Scope,
+    /// Its name: a process's or thread's `comm`, a unit name.
     pub name: String,
 }
 
@@ -127,6 +132,8 @@ pub struct Frame {
     pub time: Timestamp,
     /// The length of the interval the counters cover, in nanoseconds.
     pub interval_ns: u64,
+    /// The tick's samples, in no guaranteed order; with event-set rotation a
+    /// counter metric appears only in the ticks its set was measured.
     pub samples: Vec<Sample>,
     /// Names of the scopes in this frame that have one (process names, units).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]

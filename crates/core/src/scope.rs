@@ -15,22 +15,41 @@ pub enum Scope {
     /// The whole node.
     System,
     /// One logical CPU.
-    Cpu { cpu: u32 },
+    Cpu {
+        /// The logical CPU number, as the kernel numbers it (`cpuN` in sysfs).
+        cpu: u32,
+    },
     /// A process with all its threads.
-    Process { pid: u32 },
+    Process {
+        /// The process id (thread-group id).
+        pid: u32,
+    },
     /// One thread of a process.
-    Thread { pid: u32, tid: u32 },
+    Thread {
+        /// The process the thread belongs to.
+        pid: u32,
+        /// The thread's kernel task id.
+        tid: u32,
+    },
     /// A cgroup, by its path below the cgroup root (starting with `/`).
-    Cgroup { path: String },
+    Cgroup {
+        /// The path below the cgroup root, e.g. `/system.slice/foo.service`.
+        path: String,
+    },
     /// A message stream (hwqos-relay), by name.
-    Stream { name: String },
+    Stream {
+        /// The stream's configured name.
+        name: String,
+    },
 }
 
 /// Why a string is not a scope.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("invalid scope `{input}`: {reason} (expected system, cpu:N, pid:N, tid:PID/TID, cgroup:/PATH or stream:NAME)")]
 pub struct ScopeParseError {
+    /// The text that was given.
     pub input: String,
+    /// What is wrong with it, e.g. "missing `:`".
     pub reason: &'static str,
 }
 

@@ -33,12 +33,15 @@ impl Series {
         s
     }
 
+    /// The most points the series keeps (at least 1).
     pub fn capacity(&self) -> usize {
         self.capacity
     }
+    /// The number of points held (at most [`capacity`](Series::capacity)).
     pub fn len(&self) -> usize {
         self.points.len()
     }
+    /// Whether the series holds no points.
     pub fn is_empty(&self) -> bool {
         self.points.is_empty()
     }
@@ -58,30 +61,39 @@ impl Series {
         }
     }
 
+    /// Drops every point; the capacity stays.
     pub fn clear(&mut self) {
         self.points.clear();
     }
 
+    /// The `(monotonic ns, value)` points, oldest first.
     pub fn iter(&self) -> impl Iterator<Item = (u64, f64)> + '_ {
         self.points.iter().copied()
     }
 
+    /// The values alone, oldest first.
     pub fn values(&self) -> Vec<f64> {
         self.points.iter().map(|&(_, v)| v).collect()
     }
 
+    /// The time stamps alone (monotonic ns), oldest first.
     pub fn times(&self) -> Vec<u64> {
         self.points.iter().map(|&(t, _)| t).collect()
     }
 
+    /// The newest point; `None` when empty.
     pub fn last(&self) -> Option<(u64, f64)> {
         self.points.back().copied()
     }
 
+    /// The mean of the values ([`stats::mean`]); `None` when empty or any
+    /// value is NaN.
     pub fn mean(&self) -> Option<f64> {
         stats::mean(&self.values())
     }
 
+    /// The median of the values ([`stats::median`]); `None` when empty or
+    /// any value is NaN.
     pub fn median(&self) -> Option<f64> {
         stats::median(&self.values())
     }

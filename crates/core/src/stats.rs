@@ -38,7 +38,11 @@ pub fn percentile(xs: &[f64], p: f64) -> Option<f64> {
     Some(percentile_sorted(&v, p))
 }
 
-/// Percentile of already sorted, NaN-free data (`p` in 0–100).
+/// Percentile of already sorted, NaN-free data (`p` in 0–100), without the
+/// copy and sort [`percentile`] makes.
+///
+/// # Panics
+/// If `sorted` is empty.
 pub fn percentile_sorted(sorted: &[f64], p: f64) -> f64 {
     if sorted.len() == 1 {
         return sorted[0];
@@ -57,18 +61,22 @@ pub fn median(xs: &[f64]) -> Option<f64> {
 /// A two-sided confidence interval for the mean.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ConfidenceInterval {
+    /// The sample mean, the interval's centre.
     pub mean: f64,
     /// Half the interval's width: the interval is `mean ± half_width`.
     pub half_width: f64,
     /// The confidence level, e.g. 0.95.
     pub level: f64,
+    /// The number of values it was computed from.
     pub n: usize,
 }
 
 impl ConfidenceInterval {
+    /// The lower bound, `mean − half_width`.
     pub fn low(&self) -> f64 {
         self.mean - self.half_width
     }
+    /// The upper bound, `mean + half_width`.
     pub fn high(&self) -> f64 {
         self.mean + self.half_width
     }
@@ -128,12 +136,19 @@ pub fn pearson(xs: &[f64], ys: &[f64]) -> Option<f64> {
 /// A summary of a set of measurements, as the probes and benchmarks report it.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Summary {
+    /// The number of measurements (at least 1).
     pub n: usize,
+    /// The smallest measurement.
     pub min: f64,
+    /// The largest measurement.
     pub max: f64,
+    /// The arithmetic mean.
     pub mean: f64,
+    /// The median (50th percentile).
     pub median: f64,
+    /// The sample standard deviation; 0 for a single measurement.
     pub stddev: f64,
+    /// The 99th percentile (linear interpolation, as [`percentile`]).
     pub p99: f64,
     /// 95 % Student-t confidence interval of the mean, if n ≥ 2.
     pub ci95: Option<ConfidenceInterval>,

@@ -56,7 +56,11 @@ pub enum SleepStrategy {
     /// Busy-wait on the monotonic clock (one CPU at 100 %).
     BusyWait,
     /// Absolute sleep to `deadline − spin_ns`, then busy-wait to the deadline.
-    Hybrid { spin_ns: u64 },
+    Hybrid {
+        /// The busy-wait tail in nanoseconds (at most [`MAX_HYBRID_SPIN_NS`];
+        /// `hybrid` alone means [`DEFAULT_HYBRID_SPIN_NS`]).
+        spin_ns: u64,
+    },
 }
 
 impl SleepStrategy {
@@ -100,16 +104,24 @@ impl fmt::Display for SleepStrategy {
 /// Why a string is not a [`SleepStrategy`].
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ParseStrategyError {
+    /// Not one of [`SleepStrategy::NAMES`] (the trimmed input is carried).
     #[error(
         "unknown sleep strategy `{0}`: expected relative, absolute, slack-compensated, \
          busy-wait, hybrid or hybrid:SPIN (e.g. hybrid:50us)"
     )]
     Unknown(String),
+    /// `hybrid:SPIN` with a spin time that is not a whole number with a unit
+    /// of ns, us, ms or s, or is longer than [`MAX_HYBRID_SPIN_NS`].
     #[error(
         "bad busy-wait tail `{value}` in `hybrid:{value}`: {reason} \
          (write e.g. 50us, 200000ns or 1ms; at most 1s)"
     )]
-    BadSpin { value: String, reason: &'static str },
+    BadSpin {
+        /// The text after `hybrid:`.
+        value: String,
+        /// What is wrong with it, e.g. "longer than 1s".
+        reason: &'static str,
+    },
 }
 
 impl FromStr for SleepStrategy {
@@ -213,6 +225,8 @@ impl SlackEstimator {
     /// Headroom added to the estimate so that the typical wake-up is early.
     const MIN_HEADROOM_NS: u64 = 10_000;
 
+    /// An estimator starting at [`INITIAL_NS`](Self::INITIAL_NS), bounded by
+    /// [`DEFAULT_MAX_NS`](Self::DEFAULT_MAX_NS).
     pub fn new() -> SlackEstimator {
         SlackEstimator::with_max(SlackEstimator::DEFAULT_MAX_NS)
     }
@@ -231,10 +245,13 @@ impl SlackEstimator {
         self.estimate_ns
     }
 
+    /// The bound the estimate never exceeds, in nanoseconds.
     pub fn max_ns(&self) -> u64 {
         self.max_ns
     }
 
+    /// Changes the bound, lowering the current estimate to it if above (a
+    /// [`Ticker`] does this when its period changes).
     pub fn set_max_ns(&mut self, max_ns: u64) {
         self.max_ns = max_ns;
         self.estimate_ns = self.estimate_ns.min(max_ns);
@@ -397,12 +414,27 @@ pub fn thread_timer_slack() -> std::io::Result<u64> {
 /// Why a [`Ticker`] cannot be built with the requested period.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum TickerError {
+    /// A zero period.
     #[error("ticker period must be greater than zero")]
     ZeroPeriod,
+    /// A period below [`MIN_PERIOD`] (also a rate above 1 GHz).
     #[error("ticker period {period:?} is shorter than the minimum of {min:?}")]
-    PeriodTooShort { period: Duration, min: Duration },
+    PeriodTooShort {
+        /// The period requested (zero for a rate too high to round to 1 ns).
+        period: Duration,
+        /// [`MIN_PERIOD`].
+        min: Duration,
+    },
+    /// A period above [`MAX_PERIOD`] (one day).
     #[error("ticker period {period:?} is longer than the maximum of {max:?}")]
-    PeriodTooLong { period: Duration, max: Duration },
+    PeriodTooLong {
+        /// The period requested.
+        period: Duration,
+        /// [`MAX_PERIOD`].
+        max: Duration,
+    },
+    /// A rate for [`Ticker::from_rate_hz`] that is zero, negative, NaN or
+    /// infinite (carried, in Hz).
     #[error("ticker rate {0} Hz is not a positive finite number")]
     BadRate(f64),
 }
@@ -526,14 +558,18 @@ impl Ticker {
         self
     }
 
+    /// Changes the sleep strategy from the next [`wait`](Ticker::wait) on;
+    /// the grid of deadlines stays.
     pub fn set_strategy(&mut self, strategy: SleepStrategy) {
         self.strategy = strategy;
     }
 
+    /// The sleep strategy in use.
     pub fn strategy(&self) -> SleepStrategy {
         self.strategy
     }
 
+    /// The period between deadlines (whole nanoseconds).
     pub fn period(&self) -> Duration {
         Duration::from_nanos(self.period_ns)
     }
@@ -619,6 +655,8 @@ impl Ticker {
         &self.lateness
     }
 
+    /// Starts [`stats`](Ticker::stats) and the lateness histogram afresh;
+    /// the schedule and the learnt slack are kept.
     pub fn reset_stats(&mut self) {
         self.lateness.clear();
         self.missed_total = 0;
@@ -645,12 +683,23 @@ fn deadlines_to_skip(next_deadline: u64, period_ns: u64, now: u64) -> u64 {
 
 /// A summary of a ticker's lateness.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+///
+/// Lateness is how long after its deadline a tick woke, in nanoseconds; the
+/// percentiles come from a [`LatencyHistogram`] (within about 3 %). With no
+/// tick yet every field is 0.
 pub struct TickerStats {
+    /// Ticks returned by [`Ticker::wait`].
     pub ticks: u64,
+    /// Deadlines skipped because the thread was more than a period late (the
+    /// sum of [`Tick::missed`]).
     pub missed: u64,
+    /// Mean lateness (exact).
     pub mean_lateness_ns: f64,
+    /// Median lateness.
     pub p50_lateness_ns: u64,
+    /// 99th-percentile lateness.
     pub p99_lateness_ns: u64,
+    /// Largest lateness (exact).
     pub max_lateness_ns: u64,
 }
 
@@ -692,6 +741,7 @@ fn bucket_range(index: usize) -> (u64, u64) {
 }
 
 impl LatencyHistogram {
+    /// An empty histogram (its bucket array is allocated once, about 8 KiB).
     pub fn new() -> LatencyHistogram {
         LatencyHistogram {
             counts: vec![0; BUCKETS],
@@ -702,6 +752,7 @@ impl LatencyHistogram {
         }
     }
 
+    /// Adds one value, in nanoseconds.
     pub fn record(&mut self, value_ns: u64) {
         self.counts[bucket_of(value_ns)] += 1;
         self.count += 1;
@@ -710,14 +761,17 @@ impl LatencyHistogram {
         self.max = self.max.max(value_ns);
     }
 
+    /// The number of values recorded.
     pub fn count(&self) -> u64 {
         self.count
     }
 
+    /// The smallest value recorded (exact); `None` when empty.
     pub fn min(&self) -> Option<u64> {
         (self.count > 0).then_some(self.min)
     }
 
+    /// The largest value recorded (exact); `None` when empty.
     pub fn max(&self) -> Option<u64> {
         (self.count > 0).then_some(self.max)
     }
@@ -758,6 +812,7 @@ impl LatencyHistogram {
         self.max = self.max.max(other.max);
     }
 
+    /// Forgets every value recorded.
     pub fn clear(&mut self) {
         *self = LatencyHistogram::new();
     }
@@ -782,6 +837,7 @@ pub struct SleepErrorStats {
 /// A summary of [`SleepErrorStats`].
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 pub struct SleepErrorSummary {
+    /// The number of sleeps recorded (relative errors leave out zero requests).
     pub n: u64,
     /// Absolute error sample mean, ns.
     pub aesm_ns: f64,
@@ -794,6 +850,7 @@ pub struct SleepErrorSummary {
 }
 
 impl SleepErrorStats {
+    /// No sleeps recorded yet.
     pub fn new() -> SleepErrorStats {
         SleepErrorStats::default()
     }
@@ -808,6 +865,7 @@ impl SleepErrorStats {
         }
     }
 
+    /// The number of sleeps recorded.
     pub fn count(&self) -> u64 {
         self.absolute.n
     }
