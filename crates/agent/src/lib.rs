@@ -7,6 +7,98 @@
 //! configuration files ([`read_config_file`]); and in [`lifecycle`] the life
 //! of an agent process: exit statuses, configuration errors, systemd's notify
 //! protocol and watchdog, stop and reload signals.
+//!
+//! The four agents (`hwqos-monitor`, `hwqos-relay`, `hwqos-loadgen`,
+//! `hwqos-sra`) are thin `main`s around library calls; this crate is what
+//! makes them behave alike towards an operator. A `main` calls
+//! [`init_logging`] (stderr, the journal under systemd, filtered by
+//! `RUST_LOG`), loads its TOML configuration with [`lifecycle::load_toml`] and
+//! reports a bad value as a [`lifecycle::ConfigError`] that names the file,
+//! line and key, tells systemd it is ready through a
+//! [`lifecycle::ServiceManager`], feeds the watchdog from its work loop with a
+//! [`lifecycle::Heartbeat`], stops on SIGTERM/SIGINT
+//! ([`lifecycle::StopSignals`] for synchronous loops) and ends with
+//! [`lifecycle::finish`], which maps the error chain to the exit status
+//! convention (0 success, 1 runtime failure, 2 bad input).
+//!
+//! For Prometheus, an agent implements `prometheus_client`'s `Collector` on a
+//! snapshot of its state, renders it per scrape with [`render_exposition`]
+//! and serves the text with [`serve_metrics`] (or [`serve_metrics_with`] and
+//! explicit [`MetricsLimits`]) on a Tokio runtime; the server stops when its
+//! `watch` channel changes. The monitor still writes its exposition by hand
+//! and uses [`escape_label`], [`escape_help`] and [`number`] until it moves to
+//! `prometheus-client` too.
+//!
+//! Any other Rust service that should run as a hwqos-style systemd agent can
+//! use the same pieces; nothing here is specific to one agent.
+//!
+//! # Examples
+//!
+//! A configuration value that parses but is not acceptable, reported with its
+//! location and the bad-input exit status:
+//!
+//! ```rust
+//! use hwqos_agent::lifecycle::{self, ConfigError};
+//! use std::path::Path;
+//!
+//! #[derive(serde::Deserialize)]
+//! struct Config {
+//!     sampling: Sampling,
+//! }
+//! #[derive(serde::Deserialize)]
+//! struct Sampling {
+//!     rate_hz: f64,
+//! }
+//!
+//! fn run(path: &Path) -> anyhow::Result<()> {
+//!     let (config, text): (Config, String) = lifecycle::load_toml(path)?;
+//!     if !(config.sampling.rate_hz > 0.0) {
+//!         let e = ConfigError::invalid(path, &text, "sampling.rate_hz", "a positive rate in Hz");
+//!         return Err(e.into());
+//!     }
+//!     Ok(())
+//! }
+//!
+//! let dir = tempfile::tempdir()?;
+//! let path = dir.path().join("agent.toml");
+//! std::fs::write(&path, "[sampling]\nrate_hz = -5.0\n")?;
+//! let err = run(&path).unwrap_err();
+//! assert_eq!(
+//!     err.to_string(),
+//!     format!("{}:2: key `sampling.rate_hz`: a positive rate in Hz", path.display())
+//! );
+//! assert_eq!(lifecycle::exit_status(&err), lifecycle::EXIT_BAD_INPUT);
+//! // In `main`: `lifecycle::finish("my-agent", run(&path))` prints the error
+//! // and returns this status as the process's `ExitCode`.
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
+//! An exposition rendered from a snapshot, as `/metrics` serves it:
+//!
+//! ```rust
+//! use hwqos_agent::{encode_gauge, render_exposition};
+//! use prometheus_client::collector::Collector;
+//! use prometheus_client::encoding::DescriptorEncoder;
+//! use prometheus_client::registry::Unit;
+//!
+//! #[derive(Debug)]
+//! struct Exposition {
+//!     uptime_s: f64,
+//! }
+//!
+//! impl Collector for Exposition {
+//!     fn encode(&self, mut encoder: DescriptorEncoder) -> std::fmt::Result {
+//!         let help = "Seconds since the agent started.";
+//!         encode_gauge(&mut encoder, "uptime", help, Some(Unit::Seconds), Some(self.uptime_s))
+//!     }
+//! }
+//!
+//! let text = render_exposition("hwqos_example", Exposition { uptime_s: 12.5 });
+//! assert!(text.contains("hwqos_example_uptime_seconds 12.5\n"), "{text}");
+//! assert!(text.ends_with("# EOF\n"));
+//! ```
+
+#![deny(missing_docs)]
 
 use std::io::IsTerminal;
 use std::path::Path;

@@ -52,8 +52,9 @@ pub fn exit_status(error: &anyhow::Error) -> u8 {
     }
 }
 
-/// Ends `main`: prints `AGENT: error: causes…` on stderr for an error and
-/// returns the conventional exit status.
+/// Ends `main`: for an error, prints `AGENT: MESSAGE: CAUSE: …` (the whole
+/// chain, as anyhow's `{:#}` writes it) on stderr; returns the conventional
+/// exit status ([`EXIT_OK`], or [`exit_status`] of the error).
 pub fn finish(agent: &str, result: anyhow::Result<()>) -> ExitCode {
     match result {
         Ok(()) => ExitCode::from(EXIT_OK),
@@ -67,7 +68,7 @@ pub fn finish(agent: &str, result: anyhow::Result<()>) -> ExitCode {
 /// One mistake in a configuration file: where it is and what was expected.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConfigError {
-    /// The file.
+    /// The configuration file, as the agent was given it.
     pub file: PathBuf,
     /// 1-based line of the mistake, when it can be located.
     pub line: Option<usize>,
