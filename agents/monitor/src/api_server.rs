@@ -8,7 +8,8 @@
 //! the socket is created with mode 0660; a stale socket from a previous run is
 //! removed at start, but a live one (another monitor answering) is an error.
 
-use crate::service::{MonitorError, MonitorHandle};
+use crate::error::MonitorError;
+use crate::monitor::MonitorHandle;
 use hwqos_core::Frame;
 use hwqos_pmu::api::{FrameFilter, Request, Response, MAX_REQUEST_BYTES, SCHEMA};
 use std::os::unix::fs::{FileTypeExt, PermissionsExt};
@@ -177,7 +178,7 @@ async fn connection(
     let hello = Response::Hello {
         schema: SCHEMA.to_string(),
         node: handle.status().node,
-        version: crate::service::VERSION.to_string(),
+        version: crate::VERSION.to_string(),
         rate_hz: handle.config().rate_hz,
     };
     if !send(&mut wr, &hello.to_line()).await {
@@ -283,7 +284,7 @@ async fn connection(
 
 /// Sends a window frame by frame: a bounded batch is decoded under the
 /// database lock, the lock is released, the batch is written, and so on, so a
-/// window holds about [`crate::service::WINDOW_BATCH_BYTES`] whatever its size
+/// window holds about [`crate::monitor::WINDOW_BATCH_BYTES`] whatever its size
 /// and however slowly the client reads. At most `[api] max_windows` windows are
 /// sent at once (more are refused with an error line; the connection stays
 /// usable), and the whole response must be read within `[api]

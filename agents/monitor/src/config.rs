@@ -1,8 +1,8 @@
 //! The monitor's TOML configuration: parsing, defaults and validation.
 //!
-//! Every error names the file, the key and the problem (with line and column
-//! where the TOML parser or the key's position tells them), so a bad config is
-//! fixed from the first message. Unknown keys are errors, not silently ignored.
+//! Every error names the file, the line, the key and what was expected
+//! (`/etc/hwqos/monitor.toml:3: key `rate_hz`: …`, the format every hwqos agent
+//! uses), so a bad config is fixed from the first message. Unknown keys are errors, not silently ignored.
 //! See `deploy/config/monitor.toml` for an example with every key explained.
 
 use crate::db::Format;
@@ -11,7 +11,6 @@ use hwqos_pmu::derived::CpiPenalties;
 use hwqos_pmu::sampler::SamplerConfig;
 use hwqos_pmu::target::TargetSelector;
 use serde::Deserialize;
-use std::fmt;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
@@ -350,107 +349,15 @@ impl Default for Config {
     }
 }
 
-/// A configuration error: which file, where, which key, what is wrong.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ConfigError {
-    pub file: PathBuf,
-    /// 1-based line and column, when known.
-    pub position: Option<(usize, usize)>,
-    /// The dotted key (`database.frames`), when known.
-    pub key: Option<String>,
-    pub message: String,
-}
-
-impl fmt::Display for ConfigError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}", self.file.display())?;
-        if let Some((line, col)) = self.position {
-            write!(f, ":{line}:{col}")?;
-        }
-        write!(f, ": ")?;
-        if let Some(key) = &self.key {
-            write!(f, "`{key}`: ")?;
-        }
-        f.write_str(&self.message)
-    }
-}
-
-impl std::error::Error for ConfigError {}
-
-/// 1-based (line, column) of a byte offset.
-fn line_col(text: &str, offset: usize) -> (usize, usize) {
-    let mut end = offset.min(text.len());
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    let before = &text[..end];
-    let line = before.matches('\n').count() + 1;
-    let col = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
-    (line, col)
-}
-
-/// The table a line belongs to (`database`, `target`), scanning back for a header.
-fn section_of(lines: &[&str], line_idx: usize) -> Option<String> {
-    lines[..=line_idx.min(lines.len().saturating_sub(1))]
-        .iter()
-        .rev()
-        .map(|l| l.trim())
-        .find(|l| l.starts_with('['))
-        .map(|h| h.trim_matches(|c| c == '[' || c == ']').trim().to_string())
-}
-
-/// The dotted key an error at `line` (1-based) is about, read from the text.
-fn key_at(text: &str, line: usize) -> Option<String> {
-    let lines: Vec<&str> = text.lines().collect();
-    let idx = line.checked_sub(1)?;
-    let this = lines.get(idx)?.trim();
-    if this.starts_with('[') {
-        return section_of(&lines, idx);
-    }
-    let key = this.split_once('=')?.0.trim().trim_matches('"').to_string();
-    if key.is_empty() {
-        return None;
-    }
-    Some(match section_of(&lines, idx) {
-        Some(section) => format!("{section}.{key}"),
-        None => key,
-    })
-}
-
-/// The 1-based (line, column) where `key` (dotted, `section.key` or top-level)
-/// is set, if it is.
-fn find_key(text: &str, dotted: &str) -> Option<(usize, usize)> {
-    let (want_section, want_key) = match dotted.rsplit_once('.') {
-        Some((s, k)) => (Some(s), k),
-        None => (None, dotted),
-    };
-    let mut section: Option<String> = None;
-    for (i, raw) in text.lines().enumerate() {
-        let l = raw.trim();
-        if l.starts_with('[') {
-            section = Some(l.trim_matches(|c| c == '[' || c == ']').trim().to_string());
-            continue;
-        }
-        if let Some((k, _)) = l.split_once('=') {
-            if k.trim() == want_key && section.as_deref() == want_section {
-                let col = raw.len() - raw.trim_start().len() + 1;
-                return Some((i + 1, col));
-            }
-        }
-    }
-    None
-}
+/// A configuration error: `file:line: key `k`: expected…` (the one format
+/// every hwqos agent prints, from `hwqos_agent::lifecycle`).
+pub use hwqos_agent::lifecycle::ConfigError;
 
 impl Config {
     /// Reads, parses and validates a config file.
     pub fn load(path: &Path, check_event: EventCheck<'_>) -> Result<Config, ConfigError> {
-        let text =
-            hwqos_agent::read_config_file(path, MAX_CONFIG_BYTES).map_err(|e| ConfigError {
-                file: path.to_path_buf(),
-                position: None,
-                key: None,
-                message: format!("cannot read the config file: {e}"),
-            })?;
+        let text = hwqos_agent::read_config_file(path, MAX_CONFIG_BYTES)
+            .map_err(|e| ConfigError::unreadable(path, &e))?;
         Config::parse(&text, path, check_event)
     }
 
@@ -461,15 +368,8 @@ impl Config {
         file: &Path,
         check_event: EventCheck<'_>,
     ) -> Result<Config, ConfigError> {
-        let mut config: Config = toml::from_str(text).map_err(|e| {
-            let position = e.span().map(|s| line_col(text, s.start));
-            ConfigError {
-                file: file.to_path_buf(),
-                key: position.and_then(|(line, _)| key_at(text, line)),
-                position,
-                message: e.message().trim().to_string(),
-            }
-        })?;
+        let mut config: Config =
+            toml::from_str(text).map_err(|e| ConfigError::from_toml(file, text, &e))?;
         let file_abs = std::path::absolute(file).unwrap_or_else(|_| file.to_path_buf());
         let base = file_abs.parent().unwrap_or(Path::new("/"));
         for p in [&mut config.output.dir, &mut config.api.socket] {
@@ -480,20 +380,10 @@ impl Config {
         config
             .cpi
             .resolve(text, base)
-            .map_err(|message| ConfigError {
-                file: file.to_path_buf(),
-                position: find_key(text, "cpi.hardware_model"),
-                key: Some("cpi.hardware_model".into()),
-                message,
-            })?;
+            .map_err(|message| ConfigError::invalid(file, text, "cpi.hardware_model", message))?;
         config
             .validate(check_event)
-            .map_err(|(key, message)| ConfigError {
-                file: file.to_path_buf(),
-                position: find_key(text, &key),
-                key: Some(key),
-                message,
-            })?;
+            .map_err(|(key, message)| ConfigError::invalid(file, text, &key, message))?;
         Ok(config)
     }
 
@@ -823,8 +713,8 @@ llc = 200.0
     fn unknown_key_is_named_with_position() {
         let e = err("rate_hz = 10\nrat_hz = 5");
         let s = e.to_string();
-        assert_eq!(e.position, Some((2, 1)), "{s}");
-        assert!(s.contains("t.toml:2:1") && s.contains("rat_hz"), "{s}");
+        assert_eq!(e.line, Some(2), "{s}");
+        assert!(s.contains("t.toml:2: key `rat_hz`: "), "{s}");
         let e = err("[database]\nframes = 5\nsize = 3");
         assert_eq!(e.key.as_deref(), Some("database.size"), "{e}");
     }
@@ -833,7 +723,7 @@ llc = 200.0
     fn bad_type_names_the_key() {
         let e = err("rate_hz = \"fast\"");
         assert_eq!(e.key.as_deref(), Some("rate_hz"), "{e}");
-        assert!(e.to_string().contains("t.toml:1:"), "{e}");
+        assert!(e.to_string().contains("t.toml:1: key `rate_hz`: "), "{e}");
         let e = err("[database]\nframes = -3");
         assert_eq!(e.key.as_deref(), Some("database.frames"), "{e}");
     }
@@ -847,7 +737,7 @@ llc = 200.0
                 e.to_string().contains("not a possible sampling rate"),
                 "{e}"
             );
-            assert_eq!(e.position, Some((1, 1)));
+            assert_eq!(e.line, Some(1));
         }
     }
 
@@ -856,13 +746,13 @@ llc = 200.0
         let e = err("event_sets = [[\"sw.page_faults\"], [\"hw.bogus_event\"]]");
         assert_eq!(e.key.as_deref(), Some("event_sets"));
         assert!(
-            e.message.contains("hw.bogus_event") && e.message.contains("set 2"),
+            e.expected.contains("hw.bogus_event") && e.expected.contains("set 2"),
             "{e}"
         );
         let e = err("event_sets = [[]]");
-        assert!(e.message.contains("empty"), "{e}");
+        assert!(e.expected.contains("empty"), "{e}");
         let e = err("event_sets = [[\"sw.page_faults\", \"sw.page_faults\"]]");
-        assert!(e.message.contains("twice"), "{e}");
+        assert!(e.expected.contains("twice"), "{e}");
     }
 
     #[test]
@@ -876,11 +766,11 @@ llc = 200.0
     fn non_loopback_listen_needs_opt_in() {
         let e = err("[metrics]\nlisten = \"0.0.0.0:9464\"");
         assert_eq!(e.key.as_deref(), Some("metrics.listen"));
-        assert!(e.message.contains("allow_non_loopback"), "{e}");
+        assert!(e.expected.contains("allow_non_loopback"), "{e}");
         let (_d, t) = with_out("[metrics]\nlisten = \"0.0.0.0:9464\"\nallow_non_loopback = true");
         assert!(parse(&t).is_ok());
         let e = err("[metrics]\nlisten = \"localhost\"");
-        assert!(e.message.contains("not an IP:PORT"), "{e}");
+        assert!(e.expected.contains("not an IP:PORT"), "{e}");
     }
 
     #[test]
@@ -891,7 +781,7 @@ llc = 200.0
         let t = format!("[output]\ndir = {:?}\n", file.join("sub"));
         let e = parse(&t).unwrap_err();
         assert_eq!(e.key.as_deref(), Some("output.dir"), "{e}");
-        assert_eq!(e.position, Some((2, 1)));
+        assert_eq!(e.line, Some(2));
         let e = Config::parse(
             "[output]\nformats = []\n",
             &d.path().join("t.toml"),
@@ -934,14 +824,14 @@ llc = 200.0
             let (_d, e) = output(keys);
             let e = e.unwrap_err();
             assert_eq!(e.key.as_deref(), Some(key), "{keys}: {e}");
-            assert!(e.message.contains(says), "{keys}: {e}");
+            assert!(e.expected.contains(says), "{keys}: {e}");
         }
         let (_d, t) = with_out("[metrics]\napp_stale_s = 0");
         assert_eq!(parse(&t).unwrap().metrics.app_stale_s, 0.0);
         for bad in ["-1", "86401", "nan"] {
             let e = err(&format!("[metrics]\napp_stale_s = {bad}"));
             assert_eq!(e.key.as_deref(), Some("metrics.app_stale_s"), "{e}");
-            assert!(e.message.contains("0 to 86400 seconds"), "{e}");
+            assert!(e.expected.contains("0 to 86400 seconds"), "{e}");
         }
     }
 
@@ -957,11 +847,5 @@ llc = 200.0
         let mut expected = Config::default();
         expected.output.dir = d.path().to_path_buf();
         assert_eq!(c, expected);
-    }
-
-    #[test]
-    fn line_col_counts_chars() {
-        assert_eq!(line_col("ab\ncd", 4), (2, 2));
-        assert_eq!(line_col("é\nx", 3), (2, 1));
     }
 }

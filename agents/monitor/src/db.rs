@@ -18,7 +18,7 @@
 //! re-encoding under the lock (see [`FrameDb`]). Only when the dictionaries
 //! pass half the byte bound are the frames held re-encoded against one.
 //!
-//! [`FrameDb::snapshot`] and [`FrameDb::snapshot_after`] share the encoded frames
+//! [`FrameDb::encoded_frames`] and [`FrameDb::encoded_frames_after`] share the encoded frames
 //! and the dictionary (no copy, no decoding under the lock); a flush
 //! ([`crate::segments`]) decodes the frames newer than the last one it wrote,
 //! one at a time, while it appends them to its files.
@@ -382,8 +382,8 @@ impl FrameDb {
 
     /// All frames, oldest first, still encoded: a cheap, consistent view to decode
     /// or flush without holding the database.
-    pub fn snapshot(&self) -> Snapshot {
-        Snapshot {
+    pub fn encoded_frames(&self) -> EncodedFrames {
+        EncodedFrames {
             frames: self.frames.iter().cloned().collect(),
             gens: self
                 .gens
@@ -396,7 +396,7 @@ impl FrameDb {
     /// The frames with a sequence number above `after` (all frames: `None`),
     /// oldest first, still encoded, and [`FrameDb::stored`] at that moment:
     /// what an appending flush takes, without touching the older frames.
-    pub fn snapshot_after(&self, after: Option<u64>) -> (Snapshot, u64) {
+    pub fn encoded_frames_after(&self, after: Option<u64>) -> (EncodedFrames, u64) {
         let start = match after {
             None => 0,
             Some(after) => self.frames.partition_point(|f| {
@@ -412,11 +412,11 @@ impl FrameDb {
                 gens.push((g.dict.clone(), g.frames - skipped));
             }
         }
-        let snapshot = Snapshot {
+        let view = EncodedFrames {
             frames: self.frames.range(start..).cloned().collect(),
             gens,
         };
-        (snapshot, self.stored)
+        (view, self.stored)
     }
 
     /// How many of the newest frames a window takes: at most `frames` of them,
@@ -529,13 +529,13 @@ pub struct WindowRange {
 /// The frames of a [`FrameDb`] at one moment, encoded, with the dictionaries
 /// they were encoded against.
 #[derive(Clone, Debug)]
-pub struct Snapshot {
+pub struct EncodedFrames {
     frames: Vec<Arc<[u8]>>,
     /// Each dictionary and how many consecutive frames (oldest first) use it.
     gens: Vec<(Arc<Dictionary>, usize)>,
 }
 
-impl Snapshot {
+impl EncodedFrames {
     pub fn len(&self) -> usize {
         self.frames.len()
     }
@@ -733,7 +733,7 @@ mod tests {
         })
     }
 
-    fn seqs(s: &Snapshot) -> Vec<u64> {
+    fn seqs(s: &EncodedFrames) -> Vec<u64> {
         s.frames().map(|f| f.unwrap().seq).collect()
     }
 
@@ -746,11 +746,11 @@ mod tests {
         }
         assert_eq!(db.len(), 3);
         assert_eq!(db.evicted(), 2);
-        assert_eq!(seqs(&db.snapshot()), vec![2, 3, 4]);
+        assert_eq!(seqs(&db.encoded_frames()), vec![2, 3, 4]);
         assert_eq!(db.latest().map(|f| f.seq), Some(4));
         db.set_limits(2, usize::MAX);
-        assert_eq!(seqs(&db.snapshot()), vec![3, 4]);
-        assert_eq!(db.snapshot().last_seq(), Some(4));
+        assert_eq!(seqs(&db.encoded_frames()), vec![3, 4]);
+        assert_eq!(db.encoded_frames().last_seq(), Some(4));
     }
 
     #[test]
@@ -762,7 +762,7 @@ mod tests {
         for f in &pushed {
             db.push(f.clone());
         }
-        let back: Vec<Frame> = db.snapshot().frames().map(Result::unwrap).collect();
+        let back: Vec<Frame> = db.encoded_frames().frames().map(Result::unwrap).collect();
         assert_eq!(back.len(), 20);
         for (a, b) in back.iter().zip(&pushed) {
             // `==` is false for NaN values; compare their bits too.
@@ -839,20 +839,20 @@ mod tests {
             "{}",
             db.dictionary_rebuilds()
         );
-        let snapshot = db.snapshot();
+        let snapshot = db.encoded_frames();
         assert_eq!(seqs(&snapshot), vec![56, 57, 58, 59]);
         let kept: Vec<Frame> = snapshot.frames().map(Result::unwrap).collect();
         assert_eq!(
             format!("{:?}", kept[0]),
             format!("{:?}", process_frame(56, 560..570))
         );
-        // A snapshot keeps its own dictionary across later rebuilds.
+        // An encoded view keeps its own dictionary across later rebuilds.
         for i in 60..120u64 {
             let first = i as u32 * 10;
             db.push(process_frame(i, first..first + 10));
         }
         assert_eq!(seqs(&snapshot), vec![56, 57, 58, 59]);
-        assert_eq!(seqs(&db.snapshot()), vec![116, 117, 118, 119]);
+        assert_eq!(seqs(&db.encoded_frames()), vec![116, 117, 118, 119]);
     }
 
     #[test]
@@ -881,7 +881,7 @@ mod tests {
             db.dictionary_rebuilds()
         );
         // Nothing was lost: the frames held decode to what was pushed.
-        let kept: Vec<Frame> = db.snapshot().frames().map(Result::unwrap).collect();
+        let kept: Vec<Frame> = db.encoded_frames().frames().map(Result::unwrap).collect();
         assert_eq!(kept.len(), 200);
         for (k, i) in kept.iter().zip(19_800u64..) {
             let first = i as u32;
@@ -900,7 +900,7 @@ mod tests {
             format!("{:?}", process_frame(19_850, 19_850..19_870))
         );
         assert_eq!(
-            db.snapshot().metrics().unwrap().len(),
+            db.encoded_frames().metrics().unwrap().len(),
             2,
             "os.proc.cpu and sw.page_faults"
         );
@@ -919,22 +919,22 @@ mod tests {
         }
         assert!(db.dictionary_rebuilds() > 0);
         assert!(db.len() > 1);
-        assert_eq!(db.snapshot().frames().count(), db.len());
+        assert_eq!(db.encoded_frames().frames().count(), db.len());
     }
 
     #[test]
-    fn snapshot_metrics_and_counter_class() {
+    fn encoded_frames_metrics_and_counter_class() {
         let mut db = FrameDb::new(100, usize::MAX);
         for i in 0..6 {
             db.push(process_frame(i, 0..(i as u32 % 4 + 1)));
         }
         db.push(frame(6, 700_000_000, 3));
         assert_eq!(
-            db.snapshot().counter_class().unwrap(),
+            db.encoded_frames().counter_class().unwrap(),
             CounterClass::Software
         );
         let names: Vec<String> = db
-            .snapshot()
+            .encoded_frames()
             .metrics()
             .unwrap()
             .iter()
@@ -944,7 +944,7 @@ mod tests {
     }
 
     #[test]
-    fn snapshot_after_takes_only_newer_frames_across_dictionaries() {
+    fn encoded_frames_after_takes_only_newer_frames_across_dictionaries() {
         let mut db = FrameDb::new(50, usize::MAX);
         db.set_dictionary_limit(30);
         for i in 0..80u64 {
@@ -953,18 +953,18 @@ mod tests {
         }
         assert!(db.dictionaries() == 2 || db.dictionary_rebuilds() > 0);
         assert_eq!(db.stored(), 80);
-        let (all, stored) = db.snapshot_after(None);
+        let (all, stored) = db.encoded_frames_after(None);
         assert_eq!((all.len(), stored), (50, 80));
         assert_eq!(all.first_seq(), Some(30));
-        let (newer, _) = db.snapshot_after(Some(70));
+        let (newer, _) = db.encoded_frames_after(Some(70));
         assert_eq!(seqs(&newer), (71..80).collect::<Vec<_>>());
         let back: Vec<Frame> = newer.frames().map(Result::unwrap).collect();
         assert_eq!(
             format!("{:?}", back[0]),
             format!("{:?}", process_frame(71, 355..360))
         );
-        assert!(db.snapshot_after(Some(79)).0.is_empty());
-        assert_eq!(seqs(&db.snapshot_after(Some(3)).0).len(), 50);
+        assert!(db.encoded_frames_after(Some(79)).0.is_empty());
+        assert_eq!(seqs(&db.encoded_frames_after(Some(3)).0).len(), 50);
     }
 
     #[test]

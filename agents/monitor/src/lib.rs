@@ -1,24 +1,52 @@
 //! hwqos-monitor: continuous hardware and software characteristics monitoring
 //! (the thesis' Charmon, chapter 5 and section 8.3.1) as a node agent.
 //!
-//! - [`cli`]: the command line (clap), shared with the man-page generator;
-//! - [`config`]: the TOML configuration, validated with errors naming file, key and problem;
+//! One sampling thread makes a frame per tick; the frame database keeps the
+//! history (for `window` requests and flushes), the live state hands each
+//! frame to the live API's subscribers and to `/metrics`. The modules, from
+//! the bottom up (each uses only those above it):
+//!
+//! - [`frame_codec`]: the compact lossless encoding the database stores frames in;
 //! - [`db`]: the bounded in-memory frame database;
 //! - [`segments`]: the append-only recordings a flush writes (JSON lines / CSV segments);
-//! - [`frame_codec`]: the compact lossless encoding the database stores frames in;
+//! - [`config`]: the TOML configuration, validated with errors naming file,
+//!   line, key and what was expected (`hwqos_agent::lifecycle::ConfigError`);
+//! - [`error`]: [`MonitorError`] and its exit statuses;
+//! - [`source`]: where frames come from ([`FrameSource`], [`NodeSources`]);
+//! - [`openmetrics`]: the OpenMetrics text of the newest frames (rendering only);
+//! - [`counters`]: the running counts and the `window` byte account;
+//! - [`live`]: what the sampler publishes for subscribers and `/metrics`;
+//! - [`monitor`]: [`Monitor`] (owns the sampling thread) and [`MonitorHandle`];
+//! - `sampling`: the sampling thread (it also feeds the systemd watchdog);
+//! - `reload`, `flush`: [`MonitorHandle::apply`]/[`MonitorHandle::reload`]
+//!   and [`MonitorHandle::flush`];
 //! - [`api_server`]: the live API on a Unix socket (protocol and client in [`hwqos_pmu::api`]);
-//! - [`openmetrics`]: the `/metrics` endpoint in OpenMetrics text format;
-//! - [`service`]: the sampling thread, signals, reload and shutdown — [`service::run`]
-//!   is the whole agent, [`service::Monitor`] the embeddable part.
+//! - [`service`]: the whole agent — [`service::run`] wires the monitor, the
+//!   API, `/metrics` (hwqos-agent's server), the service manager and the signals;
+//! - [`cli`]: the command line (clap), shared with the man-page generator.
 
 pub mod api_server;
 pub mod cli;
 pub mod config;
+pub mod counters;
 pub mod db;
+pub mod error;
+mod flush;
 pub mod frame_codec;
+pub mod live;
+pub mod monitor;
 pub mod openmetrics;
+mod reload;
+mod sampling;
 pub mod segments;
 pub mod service;
+pub mod source;
+
+/// The version reported in status, hello lines and recordings.
+pub const VERSION: &str = env!("CARGO_PKG_VERSION");
 
 pub use config::{Config, ConfigError};
-pub use service::{run, Engine, Monitor, MonitorError, MonitorHandle, RunOptions};
+pub use error::MonitorError;
+pub use monitor::{Monitor, MonitorHandle};
+pub use service::{run, RunOptions};
+pub use source::{FrameSource, NodeSources};

@@ -1,15 +1,15 @@
-//! `hwqos-monitor`: command-line glue around [`hwqos_monitor::service`].
-//! Exit codes: 0 success, 1 runtime failure, 2 fatal configuration error.
+//! `hwqos-monitor`: command-line glue around [`hwqos_monitor::service`]; the
+//! exit status follows `hwqos_agent::lifecycle` (0 success, 1 runtime
+//! failure, 2 bad configuration).
 
-/// The clap definitions (shared with the man-page generator in `deploy/package`).
 use anyhow::Context;
 use clap::Parser;
 use hwqos_monitor::cli::Cli;
-use hwqos_monitor::service::{self, Engine, MonitorError, RunOptions, SystemdNotifier};
-use hwqos_monitor::{Config, ConfigError};
+use hwqos_monitor::service::{self, RunOptions};
+use hwqos_monitor::source::{self, NodeSources};
+use hwqos_monitor::{Config, MonitorError};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::sync::Arc;
 
 const DEFAULT_CONFIG: &str = "/etc/hwqos/monitor.toml";
 
@@ -19,36 +19,25 @@ fn main() -> ExitCode {
     if let Err(e) = hwqos_pmu::backend::perf::raise_open_file_limit() {
         tracing::warn!("cannot raise the open-file limit (every counter is a file): {e}");
     }
-    match real_main(cli) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            let code = e
-                .downcast_ref::<MonitorError>()
-                .map(MonitorError::exit_code)
-                .or_else(|| e.downcast_ref::<ConfigError>().map(|_| 2))
-                .unwrap_or(1);
-            eprintln!("hwqos-monitor: {e:#}");
-            ExitCode::from(code as u8)
-        }
-    }
+    hwqos_agent::lifecycle::finish("hwqos-monitor", real_main(cli))
 }
 
-fn load(engine: &Engine, cli: &Cli) -> Result<(Config, Option<PathBuf>), MonitorError> {
+fn load(sources: &NodeSources, cli: &Cli) -> Result<(Config, Option<PathBuf>), MonitorError> {
     let path = cli.config.clone().or_else(|| {
         Path::new(DEFAULT_CONFIG)
             .exists()
             .then(|| PathBuf::from(DEFAULT_CONFIG))
     });
-    Ok((engine.load_config(path.as_deref(), cli.rate)?, path))
+    Ok((sources.load_config(path.as_deref(), cli.rate)?, path))
 }
 
 fn real_main(cli: Cli) -> anyhow::Result<()> {
-    let engine = Engine::this_node();
     if cli.list_events {
         print!("{}", list_events());
         return Ok(());
     }
-    let (config, path) = load(&engine, &cli)?;
+    let sources = NodeSources::this_node();
+    let (config, path) = load(&sources, &cli).map_err(MonitorError::into_agent_error)?;
     if cli.check_config {
         let name = path
             .as_deref()
@@ -57,23 +46,19 @@ fn real_main(cli: Cli) -> anyhow::Result<()> {
         return Ok(());
     }
     if cli.once {
-        let frame = service::sample_once(&config, &engine)?;
+        let frame =
+            source::sample_once(&config, &sources).map_err(MonitorError::into_agent_error)?;
         println!(
             "{}",
             serde_json::to_string(&frame).context("encoding the frame")?
         );
         return Ok(());
     }
-    service::run_with(
-        config,
-        path,
-        engine,
-        RunOptions {
-            rate_override: cli.rate,
-            notifier: Arc::new(SystemdNotifier::from_env()),
-        },
-    )?;
-    Ok(())
+    let options = RunOptions {
+        rate_override: cli.rate,
+        ..RunOptions::default()
+    };
+    service::run_with(config, path, sources, options).map_err(MonitorError::into_agent_error)
 }
 
 fn list_events() -> String {

@@ -1,4 +1,7 @@
-//! The OpenMetrics (`/metrics`) exposition of the newest measurements.
+//! The OpenMetrics (`/metrics`) exposition of the newest measurements: this
+//! module only renders text; the frames come from the live state
+//! ([`crate::live`]) and the endpoint is hwqos-agent's bounded server
+//! (`hwqos_agent::serve_metrics`, started by [`crate::service`]).
 //!
 //! Naming scheme (every family is a gauge; see below why):
 //!
@@ -418,18 +421,6 @@ impl AppHold {
         self.series
             .retain(|_, h| now_mono_ns.saturating_sub(h.mono_ns) <= window);
     }
-}
-
-/// Serves `GET /metrics` on `listener` until `shutdown` turns true.
-pub async fn serve(
-    listener: tokio::net::TcpListener,
-    handle: crate::service::MonitorHandle,
-    shutdown: tokio::sync::watch::Receiver<bool>,
-) {
-    // hwqos-agent's server bounds its connections (header-read timeout,
-    // lifetime, connection cap): slow or silent clients cannot hold it.
-    let render: hwqos_agent::RenderMetrics = std::sync::Arc::new(move || handle.render_metrics());
-    hwqos_agent::serve_metrics(listener, render, shutdown).await;
 }
 
 fn header(out: &mut String, name: &str, help: &str, unit: Option<&str>) {

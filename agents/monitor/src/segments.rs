@@ -36,7 +36,7 @@
 //!   removed until all of them together fit `[output] max_mib`; the segment
 //!   being written is never removed. Nothing is removed at start.
 
-use crate::db::{FlushError, Format, Snapshot};
+use crate::db::{EncodedFrames, FlushError, Format};
 use hwqos_core::recording::{CounterClass, CsvWriter, RecordingHeader, RecordingWriter};
 use hwqos_core::{Frame, MetricName, Sample, Scope, Timestamp};
 use std::collections::BTreeSet;
@@ -381,7 +381,7 @@ impl SegmentWriter {
     /// replaced by the class of the metrics this run has flushed.
     pub fn append(
         &mut self,
-        new: &Snapshot,
+        new: &EncodedFrames,
         stored: u64,
         header: &RecordingHeader,
         dir: &Path,
@@ -457,7 +457,7 @@ impl SegmentWriter {
     #[allow(clippy::too_many_arguments)]
     fn write(
         &mut self,
-        new: &Snapshot,
+        new: &EncodedFrames,
         base: u64,
         header: &RecordingHeader,
         wanted: &Stated,
@@ -819,7 +819,7 @@ mod tests {
         }
 
         fn flush_with(&mut self, header: &RecordingHeader, formats: &[Format]) -> FlushReport {
-            let (new, stored) = self.db.snapshot_after(self.out.last_seq());
+            let (new, stored) = self.db.encoded_frames_after(self.out.last_seq());
             self.out
                 .append(&new, stored, header, self.dir.path(), formats, self.limits)
                 .unwrap()
@@ -1133,7 +1133,7 @@ mod tests {
         let first = x.flush();
         // Same node, start second and pid: the names collide, the index moves on.
         let mut again = SegmentWriter::new("node", 1_800_000_000_000_000_000);
-        let (new, stored) = x.db.snapshot_after(None);
+        let (new, stored) = x.db.encoded_frames_after(None);
         let r = again
             .append(
                 &new,

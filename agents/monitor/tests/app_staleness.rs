@@ -5,8 +5,8 @@
 //! the application metrics go through `hwqos_pmu::appmetric`'s real socket.
 
 use hwqos_core::{CounterReading, Frame, MetricName, Sample, Scope, Timestamp};
-use hwqos_monitor::service::{Engine, FrameSource, Monitor, MonitorHandle};
 use hwqos_monitor::Config;
+use hwqos_monitor::{FrameSource, Monitor, MonitorHandle, NodeSources};
 use hwqos_pmu::api::UnavailableEvent;
 use hwqos_pmu::appmetric::{AppMetrics, AppSource};
 use hwqos_pmu::backend::BackendKind;
@@ -60,8 +60,8 @@ impl FrameSource for WithApps {
     }
 }
 
-fn engine() -> Engine {
-    Engine {
+fn engine() -> NodeSources {
+    NodeSources {
         make_source: Arc::new(|c: &Config| {
             Ok(Box::new(WithApps {
                 sets: c.event_sets.clone(),

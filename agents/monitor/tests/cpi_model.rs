@@ -132,7 +132,7 @@ fn bad_models_are_config_errors_naming_the_file() {
     );
     // The error position points at the key.
     let e = parse(d.path(), "[cpi]\nhardware_model = \"missing.json\"").unwrap_err();
-    assert_eq!(e.position, Some((2, 1)));
+    assert_eq!(e.line, Some(2));
 }
 
 #[test]

@@ -191,7 +191,7 @@ fn thirty_thousand_frames_of_a_hundred_processes_fit_in_a_few_hundred_mib() {
     );
 
     // What is stored is what was pushed (NaN-free frames, so `==` is exact).
-    let snapshot = db.snapshot();
+    let snapshot = db.encoded_frames();
     assert_eq!(snapshot.frames().next().unwrap().unwrap(), first);
     let window = db.window(Some(0.95), None);
     assert_eq!(window.len(), 10);
@@ -214,7 +214,11 @@ fn max_mib_evicts_the_oldest_frames() {
     // The bound is used, not wasted: one more frame would not have fit.
     let per_frame = db.encoded_bytes() / db.len();
     assert!(db.bytes() + per_frame > bound, "{} of {bound}", db.bytes());
-    let seqs: Vec<u64> = db.snapshot().frames().map(|f| f.unwrap().seq).collect();
+    let seqs: Vec<u64> = db
+        .encoded_frames()
+        .frames()
+        .map(|f| f.unwrap().seq)
+        .collect();
     assert_eq!(seqs, (total - kept..total).collect::<Vec<_>>());
 
     // Lowering the bound on reload keeps the newest frames.
@@ -222,5 +226,5 @@ fn max_mib_evicts_the_oldest_frames() {
     assert!(db.bytes() <= bound / 2);
     assert!((db.len() as u64) < kept / 2 + 2);
     assert_eq!(db.latest().map(|f| f.seq), Some(total - 1));
-    assert_eq!(db.snapshot().last_seq(), Some(total - 1));
+    assert_eq!(db.encoded_frames().last_seq(), Some(total - 1));
 }

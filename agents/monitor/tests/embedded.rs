@@ -3,8 +3,8 @@
 //! reload, event-set changes and flushing.
 
 use hwqos_core::{CounterReading, Frame, MetricName, Sample, Scope, Timestamp};
-use hwqos_monitor::service::{Engine, FrameSource, Monitor};
 use hwqos_monitor::Config;
+use hwqos_monitor::{FrameSource, Monitor, NodeSources};
 use hwqos_pmu::api::UnavailableEvent;
 use hwqos_pmu::backend::BackendKind;
 use hwqos_pmu::PmuError;
@@ -55,8 +55,8 @@ impl FrameSource for Scripted {
     }
 }
 
-fn engine() -> Engine {
-    Engine {
+fn engine() -> NodeSources {
+    NodeSources {
         make_source: Arc::new(|c: &Config| {
             Ok(Box::new(Scripted {
                 sets: c.event_sets.clone(),

@@ -5,8 +5,8 @@
 
 use hwqos_core::recording;
 use hwqos_core::{CounterReading, Frame, MetricName, Sample, Scope, Timestamp};
-use hwqos_monitor::service::{Engine, FrameSource, Monitor, MonitorHandle};
 use hwqos_monitor::Config;
+use hwqos_monitor::{FrameSource, Monitor, MonitorHandle, NodeSources};
 use hwqos_pmu::api::UnavailableEvent;
 use hwqos_pmu::backend::BackendKind;
 use hwqos_pmu::PmuError;
@@ -64,8 +64,8 @@ impl FrameSource for Scripted {
     }
 }
 
-fn engine(procs: u32) -> Engine {
-    Engine {
+fn engine(procs: u32) -> NodeSources {
+    NodeSources {
         make_source: Arc::new(move |c: &Config| {
             Ok(Box::new(Scripted {
                 sets: c.event_sets.clone(),

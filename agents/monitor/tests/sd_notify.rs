@@ -142,9 +142,9 @@ fn ready_watchdog_reload_and_stopping_reach_the_notify_socket() {
     // The API answers once READY was sent: READY means serving.
     assert!(m.frames_sampled() < u64::MAX);
     assert!(
-        m.seen
-            .iter()
-            .any(|s| s.starts_with("STATUS=sampling at 100 Hz")),
+        m.seen.iter().any(|s| s
+            .lines()
+            .any(|l| l.starts_with("STATUS=sampling at 100 Hz"))),
         "a STATUS line before READY: {:?}",
         m.seen
     );

@@ -6,8 +6,9 @@
 //! window_timeout_s`.
 
 use hwqos_core::{Frame, MetricName, Sample, Scope, Timestamp};
-use hwqos_monitor::service::{Engine, FrameSource, Monitor, MonitorHandle, WINDOW_BATCH_BYTES};
+use hwqos_monitor::monitor::WINDOW_BATCH_BYTES;
 use hwqos_monitor::{api_server, Config};
+use hwqos_monitor::{FrameSource, Monitor, MonitorHandle, NodeSources};
 use hwqos_pmu::api::{ApiClient, UnavailableEvent};
 use hwqos_pmu::backend::BackendKind;
 use hwqos_pmu::PmuError;
@@ -91,7 +92,7 @@ fn serve(max_windows: usize, window_timeout_s: f64) -> Served {
     config.api.socket = dir.path().join("monitor.sock");
     config.api.max_windows = max_windows;
     config.api.window_timeout_s = window_timeout_s;
-    let engine = Engine {
+    let engine = NodeSources {
         make_source: Arc::new(|_: &Config| Ok(Box::new(Wide) as Box<dyn FrameSource>)),
         check_event: Arc::new(|_: &str| Ok(())),
     };
