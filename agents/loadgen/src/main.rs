@@ -1,6 +1,7 @@
 //! `hwqos-loadgen`: command-line glue around [`hwqos_loadgen::run`]. Exit
-//! codes: 0 success (SIGTERM included), 1 runtime failure (no convergence, a
-//! generator error), 2 bad input (targets, models, configuration).
+//! statuses follow [`hwqos_agent::lifecycle`]: 0 success (SIGTERM included),
+//! 1 runtime failure (no convergence, a generator error), 2 bad input
+//! (targets, models, configuration, arguments).
 
 use clap::Parser;
 

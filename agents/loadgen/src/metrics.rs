@@ -6,8 +6,9 @@
 //! `deploy/prometheus/`; keep them. The text is written by
 //! `prometheus-client` (set up in `hwqos-agent`).
 //!
-//! The command loop writes a [`Snapshot`] after every control or measurement
-//! interval; [`MetricsServer`] serves it on `GET /metrics` from its own
+//! The command loop writes its [`LoopState`] (what `/metrics` shows: every
+//! pair's target, measurement, knob and convergence) after every control or
+//! measurement interval; [`MetricsServer`] serves it on `GET /metrics` from its own
 //! runtime thread, which sleeps until a scrape arrives (no polling, so it adds
 //! nothing to the measured CPU between scrapes).
 
@@ -36,9 +37,9 @@ pub struct PairGauges {
     pub within_run: u32,
 }
 
-/// What `/metrics` shows.
+/// The state of a command's loop as `/metrics` shows it: mode, file and every pair.
 #[derive(Clone, Debug, Default, PartialEq)]
-pub struct Snapshot {
+pub struct LoopState {
     /// `synthesize`, `replay` or `run`.
     pub mode: String,
     /// The targets or model file.
@@ -49,12 +50,12 @@ pub struct Snapshot {
     pub samples: u64,
 }
 
-impl Snapshot {
-    pub fn new(mode: &str, model: &str) -> Snapshot {
-        Snapshot {
+impl LoopState {
+    pub fn new(mode: &str, model: &str) -> LoopState {
+        LoopState {
             mode: mode.into(),
             model: model.into(),
-            ..Snapshot::default()
+            ..LoopState::default()
         }
     }
 
@@ -90,10 +91,10 @@ impl Snapshot {
     }
 }
 
-pub type SharedSnapshot = Arc<Mutex<Snapshot>>;
+pub type SharedLoopState = Arc<Mutex<LoopState>>;
 
-/// Renders a snapshot.
-pub fn render(s: &Snapshot) -> String {
+/// Renders the exposition of a loop state.
+pub fn render(s: &LoopState) -> String {
     hwqos_agent::render_exposition("hwqos_loadgen", Exposition(s.clone()))
 }
 
@@ -111,7 +112,7 @@ struct PairLabels {
 
 /// Each pair's value of one family; pairs without one are left out.
 fn per_pair<'a, N>(
-    s: &'a Snapshot,
+    s: &'a LoopState,
     get: impl Fn(&PairGauges) -> Option<N> + 'a,
 ) -> impl Iterator<Item = (PairLabels, N)> + 'a {
     s.pairs.iter().filter_map(move |((metric, cpu), p)| {
@@ -123,9 +124,9 @@ fn per_pair<'a, N>(
     })
 }
 
-/// The families of one snapshot, written at each scrape.
+/// The families of one loop state, written at each scrape.
 #[derive(Debug)]
-struct Exposition(Snapshot);
+struct Exposition(LoopState);
 
 impl Collector for Exposition {
     fn encode(&self, mut encoder: DescriptorEncoder) -> std::fmt::Result {
@@ -196,7 +197,7 @@ impl Collector for Exposition {
     }
 }
 
-/// Serves `GET /metrics` from a snapshot on its own one-worker runtime until
+/// Serves `GET /metrics` from the loop state on its own one-worker runtime until
 /// dropped.
 pub struct MetricsServer {
     rt: Option<tokio::runtime::Runtime>,
@@ -207,7 +208,7 @@ pub struct MetricsServer {
 impl MetricsServer {
     /// Binds `addr` (e.g. `127.0.0.1:9465`; port 0 picks one) and starts
     /// serving. Threads inherit the caller's signal mask.
-    pub fn start(addr: &str, snapshot: SharedSnapshot) -> Result<MetricsServer, String> {
+    pub fn start(addr: &str, state: SharedLoopState) -> Result<MetricsServer, String> {
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
             .thread_name("hwqos-loadgen-metrics")
@@ -221,7 +222,7 @@ impl MetricsServer {
             .local_addr()
             .map_err(|e| format!("metrics listen address {addr}: {e}"))?;
         let (stop, stop_rx) = tokio::sync::watch::channel(false);
-        rt.spawn(serve(listener, snapshot, stop_rx));
+        rt.spawn(serve(listener, state, stop_rx));
         Ok(MetricsServer {
             rt: Some(rt),
             stop,
@@ -246,10 +247,10 @@ impl Drop for MetricsServer {
 
 async fn serve(
     listener: tokio::net::TcpListener,
-    snapshot: SharedSnapshot,
+    state: SharedLoopState,
     stop: tokio::sync::watch::Receiver<bool>,
 ) {
-    let exposition = move || render(&snapshot.lock().unwrap_or_else(|p| p.into_inner()));
+    let exposition = move || render(&state.lock().unwrap_or_else(|p| p.into_inner()));
     hwqos_agent::serve_metrics(listener, std::sync::Arc::new(exposition), stop).await;
 }
 
@@ -259,7 +260,7 @@ mod tests {
 
     #[test]
     fn renders_every_family_once_and_ends_with_eof() {
-        let mut s = Snapshot::new("synthesize", "t\"x.json");
+        let mut s = LoopState::new("synthesize", "t\"x.json");
         s.update_pair("cpu_util", 1, 0.5, Some(0.45), 0.4, Some(true), 2, 1.0);
         s.update_pair("cpu_util", 1, 0.5, Some(0.55), 0.41, Some(true), 2, 1.5);
         s.update_pair("page_fault_rate", 0, 0.0, None, 7.0, None, 2, 1.5);
@@ -298,7 +299,7 @@ mod tests {
 
     #[test]
     fn leaving_tolerance_unconverges_but_keeps_the_first_convergence_time() {
-        let mut s = Snapshot::new("replay", "m.json");
+        let mut s = LoopState::new("replay", "m.json");
         for (i, w) in [true, true, false, true].into_iter().enumerate() {
             s.update_pair("cpu_util", 0, 0.5, Some(0.5), 0.5, Some(w), 2, i as f64);
         }

@@ -139,11 +139,26 @@ fn configuration_is_checked() {
     let bad = write(dir.path(), "bad.toml", "[caps]\nmax_cpu_share = 1.5\n");
     let o = loadgen(&["--config", &bad, "check-config"]);
     assert_eq!(o.status.code(), Some(2));
-    assert!(stderr(&o).contains("max_cpu_share"), "{}", stderr(&o));
+    // file:line: key `…`: expected … (hwqos_agent::lifecycle::ConfigError)
+    assert!(
+        stderr(&o)
+            .contains("bad.toml:2: key `caps.max_cpu_share`: expected a share in 0..=1, found 1.5"),
+        "{}",
+        stderr(&o)
+    );
     let typo = write(dir.path(), "typo.toml", "[caps]\nmax_cpu_shares = 0.5\n");
     let o = loadgen(&["--config", &typo, "check-config"]);
     assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("typo.toml:2"), "{}", stderr(&o));
     assert!(stderr(&o).contains("max_cpu_shares"), "{}", stderr(&o));
+    let nice = write(dir.path(), "nice.toml", "nice = 40\n");
+    let o = loadgen(&["--config", &nice, "check-config"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        stderr(&o).contains("nice.toml:1: key `nice`"),
+        "{}",
+        stderr(&o)
+    );
 }
 
 #[test]

@@ -244,7 +244,8 @@ fn synthesize_reports_convergence() {
     assert_eq!(status.code(), Some(1), "exit after SIGTERM: {status}");
 }
 
-/// A bad `[metrics] listen` is named, with exit code 2.
+/// A bad `[metrics] listen` is named with its file, line and key (the
+/// located configuration error of `hwqos_agent::lifecycle`), exit code 2.
 #[test]
 fn bad_listen_address_is_named() {
     let dir = tempfile::tempdir().unwrap();
@@ -255,5 +256,9 @@ fn bad_listen_address_is_named() {
         .unwrap();
     assert_eq!(o.status.code(), Some(2));
     let err = String::from_utf8_lossy(&o.stderr);
-    assert!(err.contains("[metrics] listen = \"localhost\""), "{err}");
+    assert!(
+        err.contains("c.toml:2: key `metrics.listen`: expected IP:PORT")
+            && err.contains("found \"localhost\""),
+        "{err}"
+    );
 }

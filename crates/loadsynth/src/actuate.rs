@@ -153,7 +153,22 @@ impl Actuators {
         caches: &CacheLevels,
         cfg: &LoadConfig,
     ) -> Result<Actuators, LoadError> {
-        cfg.caps.validate().map_err(LoadError::Config)?;
+        Actuators::start_with_stop(pairs, caches, cfg, StopFlag::new())
+    }
+
+    /// Like [`Actuators::start`], stopped by the caller's `stop` flag:
+    /// setting it (from a signal thread, or an embedding service's shutdown)
+    /// stops every generator within its ~10 ms slice, and stopping the
+    /// actuators sets it. A flag stops one run: give each run a new one.
+    pub fn start_with_stop(
+        pairs: &[((LoadMetric, u32), f64)],
+        caches: &CacheLevels,
+        cfg: &LoadConfig,
+        stop: StopFlag,
+    ) -> Result<Actuators, LoadError> {
+        cfg.caps
+            .validate()
+            .map_err(|e| LoadError::Config(e.to_string()))?;
         // Memory check first.
         let mut memory = 0u64;
         let mut dcache_cpus = std::collections::BTreeSet::new();
@@ -177,7 +192,6 @@ impl Actuators {
                 cfg.caps.max_memory_bytes >> 20
             )));
         }
-        let stop = StopFlag::new();
         let mut act = Actuators {
             stop: stop.clone(),
             threads: Vec::new(),

@@ -39,9 +39,28 @@ impl Default for SafetyCaps {
     }
 }
 
+/// A setting that cannot work: its dotted key (as in the agent's TOML) and
+/// what was expected instead. An agent turns it into a located
+/// configuration error (`file:line: key `caps.max_cpu_share`: expected …`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct InvalidSetting {
+    /// Dotted key, e.g. `caps.max_cpu_share`.
+    pub key: String,
+    /// What was expected, and what was found.
+    pub expected: String,
+}
+
+impl std::fmt::Display for InvalidSetting {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.key, self.expected)
+    }
+}
+
+impl std::error::Error for InvalidSetting {}
+
 impl SafetyCaps {
     /// Rejects caps that make no sense (negative, NaN, a CPU share above 1).
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), InvalidSetting> {
         let rates = [
             ("max_io_rate", self.max_io_rate),
             ("max_fault_rate", self.max_fault_rate),
@@ -50,14 +69,17 @@ impl SafetyCaps {
         ];
         for (name, v) in rates {
             if !v.is_finite() || v < 0.0 {
-                return Err(format!("caps.{name} = {v}: must be a finite value ≥ 0"));
+                return Err(InvalidSetting {
+                    key: format!("caps.{name}"),
+                    expected: format!("expected a finite value ≥ 0, found {v}"),
+                });
             }
         }
         if !(0.0..=1.0).contains(&self.max_cpu_share) {
-            return Err(format!(
-                "caps.max_cpu_share = {}: must lie in 0..=1",
-                self.max_cpu_share
-            ));
+            return Err(InvalidSetting {
+                key: "caps.max_cpu_share".into(),
+                expected: format!("expected a share in 0..=1, found {}", self.max_cpu_share),
+            });
         }
         Ok(())
     }
@@ -75,4 +97,18 @@ pub struct LoadConfig {
     /// CAP_SYS_NICE). On a node where other work competes for the CPUs, a
     /// negative value lets the generators get the CPU time their knobs ask for.
     pub nice: Option<i32>,
+}
+
+impl LoadConfig {
+    /// Checks the caps and the nice value before anything starts.
+    pub fn validate(&self) -> Result<(), InvalidSetting> {
+        self.caps.validate()?;
+        match self.nice {
+            Some(n) if !(-20..=19).contains(&n) => Err(InvalidSetting {
+                key: "nice".into(),
+                expected: format!("expected a nice value in -20..=19, found {n}"),
+            }),
+            _ => Ok(()),
+        }
+    }
 }

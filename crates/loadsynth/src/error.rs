@@ -15,13 +15,41 @@ pub enum LoadError {
     /// A safety cap would be exceeded.
     #[error("safety cap: {0}")]
     Cap(String),
+    /// Generator settings that cannot work (caps, nice, period).
     #[error("{0}")]
     Config(String),
+    /// An argument that cannot work: a `METRIC@CPU=VALUE` pair, a PID list,
+    /// a CPU that is not online, a filter that leaves nothing.
+    #[error("{0}")]
+    Invalid(String),
+    /// This node's hardware model or topology could not be read.
+    #[error("{0}")]
+    Node(String),
+    /// Reading or writing a file failed (what was done, and why).
     #[error("{0}: {1}")]
     Io(String, #[source] std::io::Error),
+    /// Measuring failed (counters, `/proc/stat`, the monitor's API), or a
+    /// stop was asked for while a loop needed measurements.
     #[error("measurement: {0}")]
     Measure(String),
     /// The closed loop did not converge in time.
     #[error("{0}")]
     NotConverged(String),
+}
+
+impl LoadError {
+    /// Whether the error is bad input (a file, a setting or an argument that
+    /// cannot work: retrying will not help) rather than a runtime failure.
+    /// Agents exit with status 2 for bad input and 1 otherwise.
+    pub fn is_bad_input(&self) -> bool {
+        matches!(
+            self,
+            LoadError::BadFile { .. }
+                | LoadError::WrongNode(_)
+                | LoadError::Unsupported(_)
+                | LoadError::Cap(_)
+                | LoadError::Config(_)
+                | LoadError::Invalid(_)
+        )
+    }
 }

@@ -10,7 +10,12 @@
 //!   monitor's live API); [`sim`]: a simulated plant for tests;
 //! - [`control`]: PID controllers with anti-windup and the closed loop;
 //! - [`targets`], [`model`]: the `hwqos.loadtargets/1` and `hwqos.loadmodel/1`
-//!   files; [`synth`]: capture → synthesize → replay.
+//!   files; [`synth`]: the synthesis and replay loops over those parts;
+//! - [`workflow`]: what hwqos-loadgen's commands do on a node — capture,
+//!   synthesize, replay (the agent's `run`), generate — for any Rust service
+//!   that embeds load synthesis: inputs as values, a [`knob::StopFlag`] the
+//!   caller sets to stop, an [`workflow::Observer`] per interval; no printing,
+//!   signal handling or systemd here (hwqos-loadgen is that glue).
 
 pub mod actuate;
 pub mod config;
@@ -24,6 +29,7 @@ pub mod sim;
 pub mod source;
 pub mod synth;
 pub mod targets;
+pub mod workflow;
 
 pub use error::LoadError;
 pub use metric::LoadMetric;

@@ -137,6 +137,16 @@ impl LoadMetric {
         }
     }
 
+    /// `v` for people: utilization as a percentage, ratios with four
+    /// decimals, rates with one.
+    pub fn format_value(self, v: f64) -> String {
+        match self {
+            LoadMetric::CpuUtil => format!("{:.2}%", v * 100.0),
+            m if m.max_value().is_some() => format!("{v:.4}"),
+            _ => format!("{v:.1}"),
+        }
+    }
+
     /// Checks that `value` is possible for this metric.
     pub fn validate(self, value: f64) -> Result<(), String> {
         if !value.is_finite() || value < 0.0 {

@@ -377,14 +377,17 @@ pub fn replay(
     Ok(out)
 }
 
-/// Builds the actuators for a model's or targets' pairs with initial knobs.
+/// Builds the actuators for a model's or targets' pairs with initial knobs
+/// on `node`'s cache geometry (that of the first pair's CPU), stopped by
+/// `stop` (see [`Actuators::start_with_stop`]).
 pub fn actuators_for(
     pairs: &[((LoadMetric, u32), f64)],
     node: &hwqos_topology::Topology,
     cfg: &LoadConfig,
+    stop: &crate::knob::StopFlag,
 ) -> Result<Actuators, LoadError> {
     let cpu = pairs.first().map_or(0, |p| p.0 .1);
-    Actuators::start(pairs, &CacheLevels::of(node, cpu), cfg)
+    Actuators::start_with_stop(pairs, &CacheLevels::of(node, cpu), cfg, stop.clone())
 }
 
 #[cfg(test)]
