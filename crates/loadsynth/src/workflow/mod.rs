@@ -15,6 +15,38 @@
 //!
 //! A flag stops one run: the generators set it when they are stopped, so
 //! give every run a new [`StopFlag`](crate::knob::StopFlag).
+//!
+//! Synthesizing a model for one target and replaying it for a minute, as a
+//! service embedding this crate would (it needs a node with perf_event
+//! access, so it is compiled, not run, as a doctest):
+//!
+//! ```no_run
+//! use hwqos_loadsynth::config::LoadConfig;
+//! use hwqos_loadsynth::knob::StopFlag;
+//! use hwqos_loadsynth::workflow::{self, replay::ReplayOptions, NoObserver};
+//! use std::time::Duration;
+//!
+//! let cfg = LoadConfig::default(); // safety caps, I/O generator settings
+//! let targets = workflow::pairs::targets_from_pairs(&["cpu_util@1=0.35"])?;
+//! let stop = StopFlag::new(); // set it from your shutdown path
+//! let model = workflow::synthesize::synthesize(
+//!     &targets,
+//!     &Default::default(),
+//!     &cfg,
+//!     &stop,
+//!     &mut NoObserver,
+//! )?;
+//! model.save("model.json".as_ref())?; // atomic: never a half file
+//! let opts = ReplayOptions {
+//!     duration: Some(Duration::from_secs(60)),
+//!     ..ReplayOptions::default()
+//! };
+//! let report = workflow::replay::replay(&model, &opts, &cfg, &StopFlag::new(), &mut NoObserver)?;
+//! for d in &report.deviations {
+//!     println!("{}@{}: {:+.1}%", d.metric, d.cpu, d.relative * 100.0);
+//! }
+//! # Ok::<(), hwqos_loadsynth::LoadError>(())
+//! ```
 
 pub mod capture;
 pub mod generate;
