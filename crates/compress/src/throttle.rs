@@ -18,7 +18,7 @@
 //! oscillation, which the PID's own integral term and a 200 ms minimum
 //! sampling interval do here without the lag.
 
-use hwqos_pmu::procfs::{parse_proc_stat, CpuTimes};
+use hwqos_procfs::{parse_proc_stat, CpuTimes};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};

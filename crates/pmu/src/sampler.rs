@@ -77,12 +77,9 @@ impl Default for SamplerConfig {
     }
 }
 
-/// An event this node cannot count, and why.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct UnavailableEvent {
-    pub name: String,
-    pub reason: String,
-}
+/// An event this node cannot count, and why; defined with the live API
+/// protocol, which reports it.
+pub use hwqos_api::UnavailableEvent;
 
 #[derive(Clone, Debug)]
 struct EventSet {

@@ -39,15 +39,9 @@ pub struct GroupReading {
     pub values: Vec<u64>,
 }
 
-/// Which kind of backend produced a number (every figure says where it came from).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum BackendKind {
-    /// The kernel's perf_event subsystem.
-    Perf,
-    /// The deterministic simulator (tests only).
-    Simulated,
-}
+/// Which kind of backend produced a number; defined with the live API
+/// protocol, which reports it.
+pub use hwqos_api::BackendKind;
 
 /// A source of counter groups. Groups are opened disabled.
 pub trait CounterBackend: Send {

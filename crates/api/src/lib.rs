@@ -1,10 +1,25 @@
-//! The monitor's live API: protocol types and a blocking client.
+//! hwqos-api: the live API of `hwqos-monitor` — the protocol it speaks on its
+//! Unix socket and a blocking client for it.
 //!
-//! `hwqos-monitor` serves this protocol on a Unix stream socket (default
-//! `/run/hwqos/monitor.sock`, mode 0660). It is the closed-loop interface of
-//! thesis 5.4.3: other agents subscribe to frames, fetch recent history and change
-//! the event sets being rotated. The types live here, not in the monitor, so a
-//! client needs only `hwqos-pmu`.
+//! `hwqos-monitor` is the one sampler on a node: it owns the perf_event
+//! counters and the `/proc` readers, and serves every tick's frame on a Unix
+//! stream socket (default `/run/hwqos/monitor.sock`, mode 0660). That socket is
+//! the closed-loop interface of thesis 5.4.3: other agents (the SRA agent, the
+//! relay's CPU throttle, the load generator) and other services subscribe to
+//! frames, fetch recent history and change the event sets being rotated,
+//! instead of opening counters of their own.
+//!
+//! This crate is what such a client depends on, and nothing more: the
+//! request/response types, the scope and metric patterns that filter frames,
+//! the status the monitor reports, and [`ApiClient`], a blocking client over
+//! `std::os::unix::net`. It does not pull in perf_event, an async runtime or an
+//! HTTP server; its only hwqos dependency is `hwqos-core` (the frame type).
+//! The server side lives in `agents/monitor`; `hwqos-pmu` re-exports this
+//! crate as `hwqos_pmu::api` for older paths.
+//!
+//! The wire format below is the contract between the two ends and is
+//! documented here, next to the types that encode it; change both together
+//! and bump [`SCHEMA`] when an old client could misread a new server.
 //!
 //! # Wire format (schema [`SCHEMA`])
 //!
@@ -47,7 +62,8 @@
 //! "scope":{"kind":"process","pid":42},"metric":"sw.page_faults","value":12.0,
 //! "counter":{"raw":12,"time_enabled":…,"time_running":…}}],"labels":[{"scope":…,"name":"nginx"}]}`.
 
-use crate::backend::BackendKind;
+#![deny(missing_docs)]
+
 use hwqos_core::{Frame, Timestamp};
 use serde::{Deserialize, Serialize};
 use std::fmt;
@@ -69,8 +85,11 @@ pub const MAX_RESPONSE_BYTES: usize = 64 << 20;
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("invalid {what} pattern `{pattern}`: {reason}")]
 pub struct PatternError {
+    /// Which kind of pattern (`scope` or `metric`).
     pub what: &'static str,
+    /// The pattern as given.
     pub pattern: String,
+    /// What is wrong with it.
     pub reason: String,
 }
 
@@ -104,6 +123,7 @@ impl Pattern {
 pub struct ScopePattern(Pattern);
 
 impl ScopePattern {
+    /// Parses a scope pattern: a scope's text form (`cpu:0`), or a prefix of one ending in `*`.
     pub fn parse(s: &str) -> Result<ScopePattern, PatternError> {
         let err = |reason: String| PatternError {
             what: "scope",
@@ -130,6 +150,7 @@ impl ScopePattern {
         Ok(ScopePattern(Pattern::Exact(scope.to_string())))
     }
 
+    /// Whether `scope` matches.
     pub fn matches(&self, scope: &hwqos_core::Scope) -> bool {
         self.0.matches(&scope.to_string())
     }
@@ -161,6 +182,7 @@ impl fmt::Display for ScopePattern {
 pub struct MetricPattern(Pattern);
 
 impl MetricPattern {
+    /// Parses a metric pattern: a metric name (`sw.page_faults`), or a prefix ending in `*`.
     pub fn parse(s: &str) -> Result<MetricPattern, PatternError> {
         let err = |reason: String| PatternError {
             what: "metric",
@@ -182,6 +204,7 @@ impl MetricPattern {
         Ok(MetricPattern(Pattern::Exact(name.as_str().to_string())))
     }
 
+    /// Whether the metric named `metric` matches.
     pub fn matches(&self, metric: &str) -> bool {
         self.0.matches(metric)
     }
@@ -210,8 +233,10 @@ impl fmt::Display for MetricPattern {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct FrameFilter {
+    /// Scope patterns (empty: every scope).
     #[serde(default)]
     pub scopes: Vec<ScopePattern>,
+    /// Metric patterns (empty: every metric).
     #[serde(default)]
     pub metrics: Vec<MetricPattern>,
 }
@@ -278,25 +303,34 @@ impl FrameFilter {
 pub enum Request {
     /// Stream every following frame, filtered.
     Subscribe {
+        /// Scope patterns (empty: every scope).
         #[serde(default)]
         scopes: Vec<ScopePattern>,
+        /// Metric patterns (empty: every metric).
         #[serde(default)]
         metrics: Vec<MetricPattern>,
     },
     /// Recent frames from the database: the last `frames` frames and/or those of
     /// the last `seconds` (both given: both limits apply; neither: all).
     Window {
+        /// At most the frames of the last this many seconds.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         seconds: Option<f64>,
+        /// At most this many frames (the newest).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         frames: Option<usize>,
+        /// Scope patterns (empty: every scope).
         #[serde(default)]
         scopes: Vec<ScopePattern>,
+        /// Metric patterns (empty: every metric).
         #[serde(default)]
         metrics: Vec<MetricPattern>,
     },
     /// Replace the event sets rotated for every target.
-    SetEventSets { sets: Vec<Vec<String>> },
+    SetEventSets {
+        /// The new event sets, each a list of event names.
+        sets: Vec<Vec<String>>,
+    },
     /// The event sets being rotated and the events dropped as unavailable.
     GetEventSets,
     /// Write the database to the output directory now.
@@ -305,7 +339,26 @@ pub enum Request {
     Status,
 }
 
-pub use crate::sampler::UnavailableEvent;
+/// An event this node cannot count, and why (the sampler drops such events
+/// from its sets and reports them).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UnavailableEvent {
+    /// The event's name as it was asked for.
+    pub name: String,
+    /// Why it cannot be counted (the kernel's answer, with a hint).
+    pub reason: String,
+}
+
+/// Which kind of counter backend produced a number (every figure says where
+/// it came from).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BackendKind {
+    /// The kernel's perf_event subsystem.
+    Perf,
+    /// The deterministic simulator (tests only).
+    Simulated,
+}
 
 /// The monitor's state, as answered to `{"op":"status"}`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -330,6 +383,7 @@ pub struct MonitorStatus {
     pub last_lateness_ns: u64,
     /// Frames in the in-memory database, and its capacity.
     pub frames_in_db: usize,
+    /// Capacity of the in-memory database, in frames.
     pub db_capacity: usize,
     /// Configured target selectors (empty: per-CPU / system only).
     pub targets: Vec<String>,
@@ -343,6 +397,7 @@ pub struct MonitorStatus {
     pub multiplexed_samples: u64,
     /// Current subscribers, and subscribers dropped for being too slow.
     pub subscribers: usize,
+    /// Subscribers disconnected so far for being too slow.
     pub dropped_subscribers: u64,
     /// Successful configuration reloads (SIGHUP).
     pub reloads: u64,
@@ -355,7 +410,9 @@ pub struct MonitorStatus {
 /// The current event sets, as answered to `get_event_sets` / `set_event_sets`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct EventSets {
+    /// The event sets, each a list of event names.
     pub sets: Vec<Vec<String>>,
+    /// Configured events this node cannot count.
     #[serde(default)]
     pub unavailable: Vec<UnavailableEvent>,
 }
@@ -366,29 +423,44 @@ pub struct EventSets {
 pub enum Response {
     /// First line on every connection.
     Hello {
+        /// The protocol the server speaks ([`SCHEMA`]).
         schema: String,
+        /// Host name.
         node: String,
+        /// `hwqos-monitor` version.
         version: String,
+        /// Sampling rate.
         rate_hz: f64,
     },
     /// Acknowledges a subscription with the normalized filter.
     Subscribed {
+        /// The scope patterns in force.
         scopes: Vec<ScopePattern>,
+        /// The metric patterns in force.
         metrics: Vec<MetricPattern>,
     },
+    /// One frame (of a subscription or a window).
     Frame {
+        /// The frame, filtered.
         frame: Frame,
     },
     /// Ends a window: `count` frames were sent.
     End {
+        /// Frames sent.
         count: usize,
     },
+    /// The event sets (answer to `get_event_sets` and `set_event_sets`).
     EventSets(EventSets),
+    /// The database was written (answer to `flush`).
     Flushed {
+        /// The files written.
         paths: Vec<PathBuf>,
     },
+    /// The monitor's state (answer to `status`).
     Status(Box<MonitorStatus>),
+    /// The request failed.
     Error {
+        /// Why.
         message: String,
     },
 }
@@ -403,6 +475,7 @@ impl Response {
         s
     }
 
+    /// An error response.
     pub fn error(message: impl Into<String>) -> Response {
         Response::Error {
             message: message.into(),
@@ -413,18 +486,25 @@ impl Response {
 /// What went wrong talking to the monitor.
 #[derive(Debug, thiserror::Error)]
 pub enum ApiError {
+    /// The socket could not be connected to.
     #[error("cannot connect to the monitor at {path}: {source} (is hwqos-monitor running?)")]
     Connect {
+        /// The socket path.
         path: PathBuf,
+        /// The connect error.
         #[source]
         source: io::Error,
     },
+    /// Reading or writing the socket failed.
     #[error("monitor connection: {0}")]
     Io(#[from] io::Error),
+    /// The monitor speaks another protocol version.
     #[error("the monitor speaks `{0}`, this client speaks `{SCHEMA}`")]
     Schema(String),
+    /// A line that is not valid protocol.
     #[error("protocol error: {0}")]
     Protocol(String),
+    /// The monitor closed the connection.
     #[error("the monitor closed the connection")]
     Closed,
     /// The monitor answered with an error message.
@@ -443,8 +523,11 @@ pub struct ApiClient {
 /// What the monitor said on connect.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Hello {
+    /// Host name.
     pub node: String,
+    /// `hwqos-monitor` version.
     pub version: String,
+    /// Sampling rate.
     pub rate_hz: f64,
 }
 

@@ -1,7 +1,25 @@
-//! Operating-system software metrics from `/proc`: CPU utilization per CPU and
-//! for the node, context switches, run queue and load, hardware and soft
-//! interrupts (the thesis found interrupt counts decisive), available memory, and
-//! per-process CPU time, faults, threads and resident memory.
+//! hwqos-procfs: the operating system's own accounting, read from `/proc`.
+//!
+//! Hardware counters say what the CPU did; the kernel's accounting says who had
+//! the CPU and how busy it was. This crate reads the second kind: CPU
+//! utilization per CPU and for the node, context switches, run queue and load,
+//! hardware and soft interrupts (the thesis found interrupt counts decisive),
+//! available memory, and per-process CPU time, faults, threads and resident
+//! memory. It has one job — turn `/proc` files into numbers — and depends on
+//! nothing heavier than `hwqos-core` (for the [`Sample`] it emits), so a crate
+//! that only needs "how busy is this CPU" (the relay's compression throttle,
+//! the load generator's feedback) does not pull in perf_event or an async
+//! runtime. `hwqos-pmu` uses it as its procfs backend and re-exports it as
+//! `hwqos_pmu::procfs`.
+//!
+//! Two layers:
+//!
+//! - **Parsers** ([`parse_proc_stat`], [`parse_loadavg`], [`parse_cpu_table`],
+//!   [`parse_mem_available`], [`parse_pid_stat`]): one file's text in, a typed
+//!   value out; malformed content gives a [`ProcParseError`] saying what was
+//!   wrong, never a panic.
+//! - **[`ProcfsSampler`]**: reads the files under a `/proc` root each tick and
+//!   reports samples.
 //!
 //! Most of these files hold cumulative counters, so [`ProcfsSampler`] keeps the
 //! previous snapshot and reports interval deltas: the first call after
@@ -13,12 +31,9 @@
 //! second), so at sampling rates near or above that the per-interval ratios and
 //! `os.proc.cpu` are coarse (an interval without a tick reports no CPU ratios);
 //! use `sw.task_clock` for fine-grained CPU time.
-//!
-//! The parsers are public so other tools can read the same files; malformed
-//! content gives a [`ProcParseError`] saying what was wrong, never a panic.
 
-use crate::target::is_gone;
-use crate::PmuError;
+#![deny(missing_docs)]
+
 use hwqos_core::{MetricName, Sample, Scope, Timestamp};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::io;
@@ -27,7 +42,46 @@ use std::path::{Path, PathBuf};
 /// Why the content of a `/proc` file could not be understood.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{0}")]
-pub struct ProcParseError(pub String);
+pub struct ProcParseError(
+    /// What was wrong, with the line where it helps.
+    pub String,
+);
+
+/// Why [`ProcfsSampler`] could not read a `/proc` file.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ProcfsError {
+    /// The file could not be read, or its content not understood (then the
+    /// source's kind is [`io::ErrorKind::InvalidData`] and it wraps the
+    /// [`ProcParseError`]).
+    #[error("{context}: {source}")]
+    Io {
+        /// What was being done (`reading /proc/stat`).
+        context: String,
+        /// The underlying error.
+        #[source]
+        source: io::Error,
+    },
+}
+
+impl ProcfsError {
+    fn io(context: String, source: io::Error) -> Self {
+        ProcfsError::Io { context, source }
+    }
+
+    /// True when the file is gone because the task exited while it was read.
+    pub fn is_gone(&self) -> bool {
+        match self {
+            ProcfsError::Io { source, .. } => is_gone(source),
+        }
+    }
+}
+
+/// True for the errors that mean "the task exited while we looked".
+fn is_gone(e: &io::Error) -> bool {
+    matches!(e.raw_os_error(), Some(libc::ENOENT) | Some(libc::ESRCH))
+        || e.kind() == io::ErrorKind::NotFound
+}
 
 fn perr(msg: impl Into<String>) -> ProcParseError {
     ProcParseError(msg.into())
@@ -36,13 +90,21 @@ fn perr(msg: impl Into<String>) -> ProcParseError {
 /// Cumulative CPU time of one CPU (or all) in clock ticks, from a `cpu` line of `/proc/stat`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct CpuTimes {
+    /// Time in user mode (guest time included).
     pub user: u64,
+    /// Time in user mode at low priority (niced; guest_nice included).
     pub nice: u64,
+    /// Time in kernel mode.
     pub system: u64,
+    /// Idle time.
     pub idle: u64,
+    /// Idle time while I/O was outstanding (may go backwards).
     pub iowait: u64,
+    /// Time servicing hardware interrupts.
     pub irq: u64,
+    /// Time servicing soft interrupts.
     pub softirq: u64,
+    /// Time stolen by the hypervisor for other guests.
     pub steal: u64,
 }
 
@@ -146,8 +208,11 @@ pub fn parse_proc_stat(text: &str) -> Result<ProcStat, ProcParseError> {
 /// What `/proc/loadavg` says.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct LoadAvg {
+    /// Load average over 1 minute.
     pub load1: f64,
+    /// Load average over 5 minutes.
     pub load5: f64,
+    /// Load average over 15 minutes.
     pub load15: f64,
     /// Currently runnable scheduling entities (the `R` of `R/T`).
     pub runnable: u64,
@@ -257,14 +322,21 @@ pub fn parse_mem_available(text: &str) -> Result<u64, ProcParseError> {
 /// The fields hwqos uses from `/proc/PID/stat` (or `/proc/PID/task/TID/stat`).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PidStat {
+    /// The process (or thread) id.
     pub pid: u32,
+    /// The command name, without the parentheses.
     pub comm: String,
+    /// The state letter (`R`, `S`, `D`, `Z`, …).
     pub state: char,
+    /// Minor page faults since start.
     pub minflt: u64,
+    /// Major page faults since start.
     pub majflt: u64,
-    /// User and system CPU time in clock ticks.
+    /// User CPU time in clock ticks.
     pub utime: u64,
+    /// System CPU time in clock ticks.
     pub stime: u64,
+    /// Threads in the process.
     pub num_threads: u64,
     /// Start time after boot in clock ticks (tells a reused pid from the old process).
     pub starttime: u64,
@@ -390,20 +462,20 @@ impl ProcfsSampler {
         self
     }
 
-    fn read(&self, rel: &str) -> Result<String, PmuError> {
+    fn read(&self, rel: &str) -> Result<String, ProcfsError> {
         let path = self.proc_root.join(rel);
         std::fs::read_to_string(&path)
-            .map_err(|e| PmuError::io(format!("reading {}", path.display()), e))
+            .map_err(|e| ProcfsError::io(format!("reading {}", path.display()), e))
     }
 
     fn parse<T>(
         &self,
         rel: &str,
         parse: impl Fn(&str) -> Result<T, ProcParseError>,
-    ) -> Result<T, PmuError> {
+    ) -> Result<T, ProcfsError> {
         let text = self.read(rel)?;
         parse(&text).map_err(|e| {
-            PmuError::io(
+            ProcfsError::io(
                 format!("parsing {}", self.proc_root.join(rel).display()),
                 io::Error::new(io::ErrorKind::InvalidData, e),
             )
@@ -414,7 +486,7 @@ impl ProcfsSampler {
     /// (per CPU and system), `os.ctxt`, `os.interrupts` and `os.softirqs` (per CPU
     /// and system) over the interval since the previous call, and the gauges
     /// `os.runqueue`, `os.load1` and `os.mem.available`.
-    pub fn sample_system(&mut self, time: Timestamp) -> Result<Vec<Sample>, PmuError> {
+    pub fn sample_system(&mut self, time: Timestamp) -> Result<Vec<Sample>, ProcfsError> {
         let stat = self.parse("stat", parse_proc_stat)?;
         let load = self.parse("loadavg", parse_loadavg)?;
         let interrupts = self.parse("interrupts", parse_cpu_table)?;
@@ -481,10 +553,8 @@ impl ProcfsSampler {
         let stat = match self.parse(&rel, parse_pid_stat) {
             Ok(s) => s,
             Err(e) => {
-                match &e {
-                    PmuError::Io { source, .. } if is_gone(source) => {}
-                    _ if self.complained.insert(pid) => tracing::warn!("process {pid}: {e}"),
-                    _ => {}
+                if !e.is_gone() && self.complained.insert(pid) {
+                    tracing::warn!("process {pid}: {e}");
                 }
                 self.procs.remove(&pid);
                 return None;

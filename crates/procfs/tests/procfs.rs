@@ -2,11 +2,11 @@
 //! truncated and garbage files, and structural facts on this node's live `/proc`.
 
 use hwqos_core::{Sample, Scope, Timestamp};
-use hwqos_pmu::procfs::{
+use hwqos_procfs::ProcfsError;
+use hwqos_procfs::{
     parse_cpu_table, parse_loadavg, parse_mem_available, parse_pid_stat, parse_proc_stat,
     ProcfsSampler,
 };
-use hwqos_pmu::PmuError;
 use std::path::{Path, PathBuf};
 
 fn fixture(name: &str) -> PathBuf {
@@ -238,7 +238,7 @@ fn malformed_file_error_names_path_and_problem() {
 
     std::fs::remove_file(dir.path().join("loadavg")).unwrap();
     let err = s.sample_system(at(2)).unwrap_err();
-    assert!(matches!(err, PmuError::Io { .. }), "{err}");
+    assert!(matches!(err, ProcfsError::Io { .. }), "{err}");
     assert!(err.to_string().contains("loadavg"), "{err}");
 
     // A garbage per-process stat file is not a process: None, no panic.
@@ -264,7 +264,9 @@ fn live_system_metrics_are_structurally_sound() {
     let second = s.sample_system(Timestamp::now()).unwrap();
     let util = value(&second, &Scope::System, "os.cpu.util").expect("system utilization");
     assert!((0.0..=1.0).contains(&util), "{util}");
-    let cpus = hwqos_pmu::target::online_cpus(Path::new("/sys"));
+    // The online CPUs, as /proc/stat lists them.
+    let stat = std::fs::read_to_string("/proc/stat").unwrap();
+    let cpus: Vec<u32> = parse_proc_stat(&stat).unwrap().cpus.into_keys().collect();
     let mut irq_sum = 0.0;
     for cpu in &cpus {
         let scope = Scope::Cpu { cpu: *cpu };
