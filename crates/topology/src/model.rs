@@ -30,32 +30,73 @@ pub const DEFAULT_TOLERANCE: f64 = 0.10;
 
 /// Why a model file cannot be used.
 #[derive(Debug, thiserror::Error)]
+///
+/// Every variant about a file carries its `path`, so the message names it.
 pub enum ModelError {
+    /// The file does not exist or cannot be read.
     #[error("{}: cannot read the hardware model: {source}", path.display())]
     Read {
+        /// The model file.
         path: PathBuf,
+        /// The operating system's error.
         source: std::io::Error,
     },
+    /// The file is larger than [`MAX_MODEL_BYTES`]; it is not read.
     #[error("{}: {bytes} bytes is larger than a hardware model can be ({MAX_MODEL_BYTES} bytes at most)", path.display())]
-    TooLarge { path: PathBuf, bytes: u64 },
+    TooLarge {
+        /// The model file.
+        path: PathBuf,
+        /// Its size.
+        bytes: u64,
+    },
+    /// The file is not valid JSON.
     #[error("{}:{line}:{column}: corrupt hardware model (not valid JSON): {message}", path.display())]
     Corrupt {
+        /// The model file.
         path: PathBuf,
+        /// 1-based line of the syntax error.
         line: usize,
+        /// 1-based column of the syntax error.
         column: usize,
+        /// serde_json's message.
         message: String,
     },
+    /// Valid JSON but not a hardware model: not an object, no `schema`, or
+    /// another kind of file's schema.
     #[error("{}: not a hwqos hardware model: {reason}", path.display())]
-    NotAModel { path: PathBuf, reason: String },
+    NotAModel {
+        /// The model file.
+        path: PathBuf,
+        /// Why it is not one.
+        reason: String,
+    },
+    /// A hardware model of another schema version (`hwqos.hwmodel/N` other
+    /// than [`SCHEMA`]).
     #[error("{}: hardware model schema `{found}` is not supported (this hwqos reads `{SCHEMA}`); re-create it with `hwqos probe --json -o FILE`", path.display())]
-    ForeignVersion { path: PathBuf, found: String },
+    ForeignVersion {
+        /// The model file.
+        path: PathBuf,
+        /// The schema it names.
+        found: String,
+    },
+    /// The right schema, but a field is missing or has the wrong type.
     #[error("{}: invalid hardware model: {message}", path.display())]
-    Invalid { path: PathBuf, message: String },
+    Invalid {
+        /// The model file.
+        path: PathBuf,
+        /// serde_json's message, naming the field.
+        message: String,
+    },
+    /// [`HardwareModel::save`] could not create, write, sync or rename the
+    /// file.
     #[error("{}: cannot write the hardware model: {source}", path.display())]
     Write {
+        /// The model file.
         path: PathBuf,
+        /// The operating system's error.
         source: std::io::Error,
     },
+    /// Reading the live node's topology failed ([`HardwareModel::this_node`]).
     #[error(transparent)]
     Topology(#[from] TopologyError),
 }
@@ -67,12 +108,19 @@ pub struct HardwareModel {
     pub schema: String,
     /// RFC 3339 creation time (UTC).
     pub created: String,
+    /// The node's host name when the model was created (informational:
+    /// [`diff`] ignores it).
     pub host: Option<String>,
+    /// The CPU model string, a copy of [`Topology::cpu_model`].
     pub cpu_model: Option<String>,
     /// The hwqos version that wrote the file.
     pub hwqos_version: String,
+    /// The static topology: CPUs, packages, NUMA nodes, caches.
     pub topology: Topology,
+    /// The OS settings that matter to performance.
     pub os: OsInventory,
+    /// The probe results; `None` for a model made without `hwqos probe`'s
+    /// measurements (e.g. [`HardwareModel::this_node`]).
     pub measured: Option<Measured>,
 }
 
@@ -83,6 +131,8 @@ impl HardwareModel {
         Ok(HardwareModel::new(topology, OsInventory::this_node(), None))
     }
 
+    /// A model of the given parts, stamped now with this host's name and this
+    /// hwqos version.
     pub fn new(topology: Topology, os: OsInventory, measured: Option<Measured>) -> HardwareModel {
         HardwareModel {
             schema: SCHEMA.to_string(),
@@ -96,6 +146,8 @@ impl HardwareModel {
         }
     }
 
+    /// The model as pretty-printed JSON with a final newline: the file format
+    /// [`save`](Self::save) writes.
     pub fn to_json(&self) -> String {
         let mut s = serde_json::to_string_pretty(self).expect("a model always serializes");
         s.push('\n');
@@ -235,8 +287,11 @@ impl HardwareModel {
 /// One measured figure: a dotted name, its value and unit.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Figure {
+    /// Dotted name, e.g. `memlat.L2.latency`, `bandwidth.read`.
     pub name: String,
+    /// The value (a median for repeated measurements), in `unit`.
     pub value: f64,
+    /// `ns`, `us`, `MHz`, `KiB`, `GB/s` or `%`.
     pub unit: &'static str,
 }
 
@@ -347,6 +402,7 @@ pub struct Difference {
     pub path: String,
     /// The value in the first model (`(absent)` when missing).
     pub a: String,
+    /// The value in the second model (`(absent)` when missing).
     pub b: String,
 }
 

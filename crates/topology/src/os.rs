@@ -38,7 +38,7 @@ const MAX_TUNABLES: usize = 256;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum HzSource {
-    /// `CONFIG_HZ` in `/boot/config-<release>` or `/proc/config.gz`'s text.
+    /// `CONFIG_HZ` in `/boot/config-<release>` (`/proc/config.gz` is not read).
     KernelConfig,
     /// Jiffies counted over a measured interval, rounded to a valid HZ.
     MeasuredJiffies,
@@ -53,18 +53,28 @@ pub struct OsInventory {
     pub kernel_version: Option<String>,
     /// `/proc/cmdline` (isolcpus, nohz_full, mitigations …).
     pub cmdline: Option<String>,
+    /// The current clocksource (`tsc`, `kvm-clock`, `arch_sys_counter`…):
+    /// what `clock_gettime` costs depends on it.
     pub clocksource: Option<String>,
+    /// The clocksources the kernel offers, space-separated as sysfs lists them.
     pub available_clocksources: Option<String>,
+    /// The kernel's timer tick rate (`CONFIG_HZ`), the granularity of
+    /// jiffies-based accounting; `None` when neither found nor measured.
     pub hz: Option<u32>,
+    /// Where [`hz`](Self::hz) came from; `None` when `hz` is.
     pub hz_source: Option<HzSource>,
     /// The selected transparent-huge-page mode (`always`, `madvise`, `never`).
     pub thp_enabled: Option<String>,
+    /// The selected transparent-huge-page defrag mode (`always`, `defer`,
+    /// `madvise`, `never`…).
     pub thp_defrag: Option<String>,
     /// Governor → CPUs using it; empty when the node has no cpufreq driver
     /// (typical of VMs).
     pub cpufreq_governors: BTreeMap<String, String>,
     /// `/sys/devices/system/cpu/isolated` (CPU list, empty when none).
     pub isolated_cpus: Option<String>,
+    /// `/sys/devices/system/cpu/nohz_full` (CPU list of tickless CPUs; the
+    /// kernel writes `(null)` when none).
     pub nohz_full: Option<String>,
     /// Dotted sysctl name → value (`vm.swappiness` → `60`), plus
     /// `debug.sched.<file>` for the scheduler tunables in

@@ -17,11 +17,17 @@ use std::path::{Path, PathBuf};
 /// Why a topology could not be read.
 #[derive(Debug, thiserror::Error)]
 pub enum TopologyError {
+    /// The root (carried) has no `sys/devices/system/cpu/cpuN` directory:
+    /// not a Linux sysfs tree, or the wrong root.
     #[error("{}: no CPUs found (is this a Linux sysfs root? expected sys/devices/system/cpu/cpuN)", .0.display())]
     NoCpus(PathBuf),
+    /// A directory that exists could not be listed (permissions, I/O error);
+    /// a missing optional directory is not an error.
     #[error("{}: cannot list the directory: {source}", path.display())]
     Io {
+        /// The directory.
         path: PathBuf,
+        /// The operating system's error.
         source: std::io::Error,
     },
 }
@@ -30,8 +36,11 @@ pub enum TopologyError {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum CacheType {
+    /// A data cache (sysfs `Data`, e.g. L1d).
     Data,
+    /// An instruction cache (sysfs `Instruction`, e.g. L1i).
     Instruction,
+    /// A cache holding both (sysfs `Unified`, usually L2 and L3).
     Unified,
     /// The `type` file is missing or holds something else.
     Unknown,
@@ -71,12 +80,19 @@ pub struct Cache {
     pub id: Option<u32>,
     /// 1 for L1, 2 for L2, …; absent if the `level` file is.
     pub level: Option<u8>,
+    /// Data, instruction or unified (`type` in JSON).
     #[serde(rename = "type")]
     pub kind: CacheType,
+    /// Capacity in bytes (sysfs `size`, e.g. `32K`).
     pub size_bytes: Option<u64>,
+    /// Associativity (`ways_of_associativity`); 0 on some kernels for a
+    /// fully associative cache.
     pub ways: Option<u32>,
+    /// Number of sets (`number_of_sets`).
     pub sets: Option<u32>,
+    /// Coherency line size in bytes (`coherency_line_size`, usually 64).
     pub line_size: Option<u32>,
+    /// Lines per tag (`physical_line_partition`, usually 1).
     pub physical_line_partition: Option<u32>,
     /// The CPUs sharing this cache. When neither `shared_cpu_list` nor
     /// `shared_cpu_map` exists, only the CPU the cache was listed under.
@@ -107,15 +123,21 @@ impl Cache {
 /// One logical CPU (hardware thread).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Cpu {
+    /// The logical CPU number (`cpuN`), as the scheduler and perf use it.
     pub id: u32,
+    /// Whether the CPU is online (from `cpu/online`, else the CPU's own
+    /// `online` file; CPUs without one, like cpu0 on x86, are online).
     pub online: bool,
     /// `physical_package_id` (absent for offline CPUs or when it reads -1).
     pub package: Option<u32>,
+    /// `die_id` (multi-die packages), absent when not exposed or -1.
     pub die: Option<u32>,
     /// The cluster (Arm: a group of cores sharing an L2), if exposed and valid.
     pub cluster: Option<u32>,
     /// `core_id`: unique within a package (and die), not across the node.
     pub core: Option<u32>,
+    /// The NUMA node whose `cpulist` holds this CPU; absent without NUMA
+    /// information in sysfs.
     pub numa_node: Option<u32>,
     /// The hardware threads of this CPU's core, this CPU included, ascending.
     pub smt_siblings: Vec<u32>,
@@ -128,7 +150,9 @@ pub struct Cpu {
 /// A physical package (socket).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Package {
+    /// `physical_package_id`.
     pub id: u32,
+    /// Its logical CPUs, ascending.
     pub cpus: Vec<u32>,
     /// Number of distinct physical cores in the package.
     pub cores: usize,
@@ -137,7 +161,9 @@ pub struct Package {
 /// A NUMA node.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct NumaNode {
+    /// The node number (`nodeN`).
     pub id: u32,
+    /// Its CPUs (`cpulist`), ascending; empty for a memory-only node.
     pub cpus: Vec<u32>,
     /// `MemTotal` from the node's `meminfo`, in bytes.
     pub memory_bytes: Option<u64>,
@@ -147,23 +173,31 @@ pub struct NumaNode {
 /// cache's geometry: the unit the SRA allocator places processes on.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CacheDomain {
+    /// The cache level (1, 2, 3…).
     pub level: u8,
+    /// The CPUs sharing the cache, ascending.
     pub cpus: Vec<u32>,
+    /// The shared cache itself, with its geometry.
     pub cache: Cache,
 }
 
 /// The node's static topology.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Topology {
+    /// Every CPU found, online or not, by ascending id.
     pub cpus: Vec<Cpu>,
+    /// The packages of the CPUs that report one, by ascending id.
     pub packages: Vec<Package>,
+    /// The NUMA nodes, by ascending id; empty on kernels without NUMA
+    /// information.
     pub numa_nodes: Vec<NumaNode>,
     /// Every cache instance, sorted by level, type and first CPU.
     pub caches: Vec<Cache>,
     /// The CPU model string (`model name` on x86, `CPU part` list on Arm).
     pub cpu_model: Option<String>,
     /// Flags from `/proc/cpuinfo` that matter to measurements
-    /// (`constant_tsc`, `nonstop_tsc`, `tsc_known_freq`, `ht`, `hypervisor`).
+    /// (`tsc`, `constant_tsc`, `nonstop_tsc`, `tsc_known_freq`, `ht`,
+    /// `hypervisor`), as present; empty on Arm.
     pub cpu_flags: Vec<String>,
 }
 
@@ -276,6 +310,7 @@ impl Topology {
             .collect()
     }
 
+    /// The CPU with this id; `None` if the node has no such CPU.
     pub fn cpu(&self, id: u32) -> Option<&Cpu> {
         self.cpus.iter().find(|c| c.id == id)
     }
@@ -299,6 +334,8 @@ impl Topology {
         self.cpus.iter().any(|c| c.smt_siblings.len() > 1)
     }
 
+    /// The CPUs (online or not) whose package is `package`, ascending; empty for an
+    /// unknown package.
     pub fn cpus_in_package(&self, package: u32) -> Vec<u32> {
         self.cpus
             .iter()
@@ -307,6 +344,7 @@ impl Topology {
             .collect()
     }
 
+    /// The CPUs of NUMA node `node`, ascending; empty for an unknown node.
     pub fn cpus_in_node(&self, node: u32) -> Vec<u32> {
         self.numa_nodes
             .iter()
@@ -357,6 +395,7 @@ impl Topology {
         self.cache_domains(1)
     }
 
+    /// The L2 cache domains (`cache_domains(2)`).
     pub fn l2(&self) -> Vec<CacheDomain> {
         self.cache_domains(2)
     }

@@ -11,11 +11,15 @@ use hwqos_core::time::monotonic_ns;
 use serde::{Deserialize, Serialize};
 use std::hint::black_box;
 
+/// What the [`bandwidth`](self) probe measured, per batch (GB/s).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct BandwidthResult {
+    /// Size of each of the two buffers: twice the LLC, clamped to
+    /// 64–512 MiB.
     pub buffer_bytes: u64,
     /// GB/s (10⁹ bytes per second) read.
     pub read_gbs: Summary,
+    /// GB/s written (filled).
     pub write_gbs: Summary,
     /// Bytes copied (each read once and written once) per second, GB/s.
     pub copy_gbs: Summary,
@@ -35,6 +39,9 @@ fn gbs(bytes: u64, ns: f64) -> f64 {
     bytes as f64 / ns.max(1.0)
 }
 
+/// Runs the bandwidth probe pinned as `options` says; `topo` gives the LLC
+/// size the buffers are sized from (32 MiB assumed without it). Errors when
+/// pinning or mapping the buffers fails.
 pub fn run(options: &ProbeOptions, topo: Option<&Topology>) -> Result<BandwidthResult, ProbeError> {
     let (_pin, cpu) = pin(options)?;
     let llc = topo

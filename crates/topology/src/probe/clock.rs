@@ -11,6 +11,7 @@ use hwqos_core::time::monotonic_ns;
 use serde::{Deserialize, Serialize};
 use std::hint::black_box;
 
+/// What the [`clock`](self) probe measured.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ClockResult {
     /// ns per `clock_gettime(CLOCK_MONOTONIC)` call (vDSO on most nodes).
@@ -56,6 +57,8 @@ pub fn tsc_hz_quick() -> Option<f64> {
     tsc_rate(20)
 }
 
+/// Runs the clock probe pinned as `options` says. `rdtsc` figures and the
+/// TSC rate are `None` off x86-64. Errors when pinning fails.
 pub fn run(options: &ProbeOptions) -> Result<ClockResult, ProbeError> {
     let (_pin, _cpu) = pin(options)?;
     let repeats = options.repeats();

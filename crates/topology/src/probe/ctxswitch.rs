@@ -41,11 +41,14 @@ impl PingPong {
     }
 }
 
+/// What the [`ctxswitch`](self) probe measured.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct CtxSwitchResult {
     /// ns per write+read of one byte on a pipe, same task (no switch).
     pub pipe_pair_ns: Summary,
+    /// Ping-pong between two threads of this process.
     pub threads: PingPong,
+    /// Ping-pong between this process and a forked child.
     pub processes: PingPong,
 }
 
@@ -121,6 +124,7 @@ impl SwitchCounter {
         Ok(SwitchCounter { backend, groups })
     }
 
+    /// Starts counting on every task.
     pub fn enable(&mut self) -> Result<(), String> {
         for g in &self.groups {
             self.backend.enable(*g).map_err(|e| e.to_string())?;
@@ -128,6 +132,7 @@ impl SwitchCounter {
         Ok(())
     }
 
+    /// Stops counting on every task.
     pub fn disable(&mut self) -> Result<(), String> {
         for g in &self.groups {
             self.backend.disable(*g).map_err(|e| e.to_string())?;
@@ -314,6 +319,9 @@ fn pipe_pair_ns(repeats: usize, ops: u64, overhead_ns: f64) -> Result<Summary, P
     .ok_or_else(|| ProbeError::Other("no pipe samples".into()))
 }
 
+/// Runs the context-switch probe: both tasks pinned to the CPU `options`
+/// selects. The switch counter is optional (its absence is recorded in
+/// [`PingPong::counter_error`]); errors when pinning, pipes or fork fail.
 pub fn run(options: &ProbeOptions) -> Result<CtxSwitchResult, ProbeError> {
     let (_pin, cpu) = pin(options)?;
     let repeats = options.repeats();

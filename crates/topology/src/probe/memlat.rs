@@ -52,6 +52,7 @@ const HUGE_PAGE: usize = 2 << 20;
 /// One point of the latency curve.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct LatencyPoint {
+    /// The working-set size chased, in bytes.
     pub size_bytes: u64,
     /// Fastest sweep, ns per load.
     pub min_ns: f64,
@@ -69,6 +70,8 @@ pub struct InferredLevel {
     /// The working-set size at which the curve crosses the midpoint to the
     /// next level (half of the loads miss this one), log-interpolated.
     pub effective_size_bytes: u64,
+    /// The size sysfs gives for the matched level (`None` when unmatched or
+    /// not exposed), to compare with `effective_size_bytes`.
     pub sysfs_size_bytes: Option<u64>,
     /// Load latency of the level: the median of its plateau's flat points, ns.
     pub latency_ns: f64,
@@ -76,21 +79,30 @@ pub struct InferredLevel {
     pub latency_cycles: Option<f64>,
 }
 
+/// What the [`memlat`](self) probe measured and inferred.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct MemLatResult {
+    /// The latency curve, by ascending working-set size.
     pub points: Vec<LatencyPoint>,
+    /// The cache levels inferred from the curve, innermost first (memory,
+    /// the last plateau, is not one of them).
     pub levels: Vec<InferredLevel>,
     /// Latency of the last plateau (beyond every cache), ns.
     pub memory_latency_ns: f64,
+    /// The same in TSC cycles, if the TSC rate is known.
     pub memory_latency_cycles: Option<f64>,
     /// TSC ticks per ns used for the cycle figures (TSC cycles, not core
     /// cycles: without a PMU the core clock cannot be counted).
     pub tsc_ghz: Option<f64>,
+    /// Sweep sizes per doubling of the working set (4; quick: 2).
     pub steps_per_octave: u32,
+    /// The cache line size (bytes) the chase links, from sysfs or 64.
     pub line_size: u32,
+    /// Sweeps over all sizes (summed over merged repetitions).
     pub repeats: usize,
     /// Whether `madvise(MADV_HUGEPAGE)` was accepted for the buffer.
     pub huge_pages_advised: bool,
+    /// The seed of the chase order ([`ProbeOptions::seed`]).
     pub seed: u64,
 }
 
@@ -98,6 +110,7 @@ pub struct MemLatResult {
 /// and where it hands over to the next one.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Plateau {
+    /// Index of its first point.
     pub first: usize,
     /// The last point whose latency is below the half-miss midpoint to the
     /// next level (the last point of the curve for the last plateau).

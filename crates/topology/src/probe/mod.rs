@@ -58,13 +58,24 @@ use std::hint::black_box;
 /// Why a probe failed.
 #[derive(Debug, thiserror::Error)]
 pub enum ProbeError {
+    /// The thread could not be pinned (a CPU outside the caller's affinity
+    /// or offline).
     #[error("cannot pin the probe to CPU {cpu}: {source}")]
-    Pin { cpu: u32, source: std::io::Error },
-    #[error("{what}: {source}")]
-    Io {
-        what: String,
+    Pin {
+        /// The CPU asked for.
+        cpu: u32,
+        /// The operating system's error.
         source: std::io::Error,
     },
+    /// A system call the probe needs failed (mmap, pipe, bind…).
+    #[error("{what}: {source}")]
+    Io {
+        /// What was being done.
+        what: String,
+        /// The operating system's error.
+        source: std::io::Error,
+    },
+    /// Anything else, e.g. a probe that got no valid samples.
     #[error("{0}")]
     Other(String),
 }
@@ -126,6 +137,8 @@ impl Default for ProbeOptions {
 pub const DEFAULT_SEED: u64 = 0x6877_716f_7331;
 
 impl ProbeOptions {
+    /// The quick variant (about 10 s in all) with every other option at its
+    /// default.
     pub fn quick() -> ProbeOptions {
         ProbeOptions {
             quick: true,
@@ -174,17 +187,26 @@ impl ProbeOptions {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ProbeKind {
+    /// [`clock`]: clock-read cost and TSC rate.
     Clock,
+    /// [`syscall`]: system call, thread and process spawn cost.
     Syscall,
+    /// [`ctxswitch`]: context-switch cost by pipe ping-pong.
     Ctxswitch,
+    /// [`memlat`]: pointer-chase latency curve and cache levels.
     Memlat,
+    /// [`bandwidth`]: single-thread memory bandwidth.
     Bandwidth,
+    /// [`pagefault`]: minor page-fault cost.
     Pagefault,
+    /// [`net`]: loopback TCP round trip and connect cost.
     Net,
+    /// [`timer`]: sleep accuracy per sleep strategy.
     Timer,
 }
 
 impl ProbeKind {
+    /// Every probe, in the order [`run`] runs them.
     pub const ALL: [ProbeKind; 8] = [
         ProbeKind::Clock,
         ProbeKind::Syscall,
@@ -196,6 +218,7 @@ impl ProbeKind {
         ProbeKind::Timer,
     ];
 
+    /// The probe's name on the command line (`hwqos probe NAME`) and in JSON.
     pub fn name(self) -> &'static str {
         match self {
             ProbeKind::Clock => "clock",
@@ -237,7 +260,9 @@ impl std::fmt::Display for ProbeKind {
 pub struct Measured {
     /// The CPU the probes were pinned to.
     pub cpu: u32,
+    /// Whether the quick variant ran ([`ProbeOptions::quick`]).
     pub quick: bool,
+    /// The seed of the pseudo-random sequences ([`ProbeOptions::seed`]).
     pub seed: u64,
     /// Wall time the probes took, seconds.
     pub duration_s: f64,
@@ -256,13 +281,22 @@ pub struct Measured {
     /// before repetitions existed: one piece per probe).
     #[serde(default)]
     pub rounds: usize,
+    /// The [`clock`] probe's result; `None` when not run or failed (then
+    /// in [`errors`](Self::errors)), and so for every probe below.
     pub clock: Option<clock::ClockResult>,
+    /// The [`syscall`] probe's result.
     pub syscall: Option<syscall::SyscallResult>,
+    /// The [`ctxswitch`] probe's result.
     pub ctxswitch: Option<ctxswitch::CtxSwitchResult>,
+    /// The [`memlat`] probe's result.
     pub memlat: Option<memlat::MemLatResult>,
+    /// The [`bandwidth`] probe's result.
     pub bandwidth: Option<bandwidth::BandwidthResult>,
+    /// The [`pagefault`] probe's result.
     pub pagefault: Option<pagefault::PageFaultResult>,
+    /// The [`net`] probe's result.
     pub net: Option<net::NetResult>,
+    /// The [`timer`] probe's result.
     pub timer: Option<timer::TimerResult>,
     /// Probes that failed and why (the others still ran).
     pub errors: Vec<(ProbeKind, String)>,
@@ -492,6 +526,7 @@ pub(crate) fn merge_rate<T>(parts: &[T], field: impl Fn(&T) -> &Summary) -> Opti
 pub struct Preemptions(i64);
 
 impl Preemptions {
+    /// The calling thread's involuntary context switches now (`getrusage`).
     pub fn now() -> Preemptions {
         // SAFETY: an all-zero rusage is a valid value (plain integers).
         let mut u: libc::rusage = unsafe { std::mem::zeroed() };
@@ -592,6 +627,8 @@ pub struct Pinned {
 }
 
 impl Pinned {
+    /// Pins the calling thread to `cpu`; errors with [`ProbeError::Pin`] when
+    /// the kernel refuses.
     pub fn to(cpu: u32) -> Result<Pinned, ProbeError> {
         let previous = hwqos_core::affinity::thread_affinity(0).ok();
         hwqos_core::affinity::pin_current_thread(cpu)
@@ -674,10 +711,12 @@ pub(crate) enum Solo {
 pub struct SplitMix64(u64);
 
 impl SplitMix64 {
+    /// A generator starting from `seed` (any value, 0 included).
     pub fn new(seed: u64) -> SplitMix64 {
         SplitMix64(seed)
     }
 
+    /// The next pseudo-random 64-bit value.
     pub fn next_u64(&mut self) -> u64 {
         self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
         let mut z = self.0;

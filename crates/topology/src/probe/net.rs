@@ -8,6 +8,7 @@ use serde::{Deserialize, Serialize};
 use std::io::{Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
 
+/// What the [`net`](self) probe measured.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct NetResult {
     /// ns per one-byte request and one-byte reply.
@@ -20,6 +21,9 @@ fn io(what: &str) -> impl FnOnce(std::io::Error) -> ProbeError + '_ {
     move |e| ProbeError::io(what, e)
 }
 
+/// Runs the loopback TCP probe (an echo thread on the same CPU as this
+/// one). Errors when pinning fails, 127.0.0.1 cannot be bound, or the echo
+/// thread fails.
 pub fn run(options: &ProbeOptions) -> Result<NetResult, ProbeError> {
     let (_pin, cpu) = pin(options)?;
     let repeats = options.repeats();

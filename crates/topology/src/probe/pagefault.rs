@@ -8,8 +8,10 @@ use hwqos_core::stats::{summarize, Summary};
 use hwqos_core::time::monotonic_ns;
 use serde::{Deserialize, Serialize};
 
+/// What the [`pagefault`](self) probe measured.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct PageFaultResult {
+    /// The base page size in bytes (`_SC_PAGESIZE`).
     pub page_size: u64,
     /// Pages touched per batch.
     pub pages: u64,
@@ -40,6 +42,8 @@ pub fn touch_fresh_pages(pages: usize) -> Result<(f64, i64), ProbeError> {
     Ok(((t1 - t0) as f64, faults))
 }
 
+/// Runs the page-fault probe pinned as `options` says. Errors when pinning
+/// or mapping fails.
 pub fn run(options: &ProbeOptions) -> Result<PageFaultResult, ProbeError> {
     let (_pin, _cpu) = pin(options)?;
     let pages = options.scaled(8192) as usize;

@@ -7,6 +7,7 @@ use hwqos_core::stats::Summary;
 use serde::{Deserialize, Serialize};
 use std::hint::black_box;
 
+/// What the [`syscall`](self) probe measured.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct SyscallResult {
     /// ns per `syscall(SYS_getpid)`.
@@ -48,6 +49,8 @@ pub fn fork_exit_wait() -> Result<(), std::io::Error> {
     }
 }
 
+/// Runs the system-call probe pinned as `options` says. Errors when pinning
+/// or `fork` fails.
 pub fn run(options: &ProbeOptions) -> Result<SyscallResult, ProbeError> {
     let (_pin, _cpu) = pin(options)?;
     let repeats = options.repeats();

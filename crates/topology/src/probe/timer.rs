@@ -22,15 +22,21 @@ use hwqos_core::time::{monotonic_ns, thread_cpu_ns};
 use serde::{Deserialize, Serialize};
 use std::time::Duration;
 
+/// One sleep strategy's accuracy over the request series.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct StrategyAccuracy {
+    /// The strategy's name as [`SleepStrategy`] displays it (`hybrid`,
+    /// `slack-compensated`…).
     pub strategy: String,
+    /// Sleeps measured.
     pub requests: u64,
     /// Absolute error sample mean (ns) and variance (ns²).
     pub aesm_ns: f64,
+    /// Absolute error sample variance, ns².
     pub aesv_ns2: f64,
     /// Relative error sample mean and variance.
     pub resm: f64,
+    /// Relative error sample variance.
     pub resv: f64,
     /// Median of the absolute errors `a_i` (signed, like AESM), ns: the
     /// robust figure, insensitive to a few sleeps delayed by other work.
@@ -48,13 +54,18 @@ pub struct StrategyAccuracy {
     pub cpu_wall_ns: (u64, u64),
 }
 
+/// What the [`timer`](self) probe measured.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct TimerResult {
+    /// Sleeps per strategy (summed over merged repetitions).
     pub requests_per_strategy: usize,
+    /// Requests were uniform in 0..this many ms.
     pub max_ms: f64,
+    /// The seed of the request series ([`ProbeOptions::seed`]).
     pub seed: u64,
     /// The thread's timer slack while sleeping (Linux default 50 µs).
     pub timer_slack_ns: Option<u64>,
+    /// One entry per strategy, in the order of [`strategies`].
     pub strategies: Vec<StrategyAccuracy>,
 }
 
@@ -156,6 +167,8 @@ pub fn merge(parts: Vec<TimerResult>) -> Option<TimerResult> {
     })
 }
 
+/// Runs the timer probe: the same request series slept with every
+/// strategy, pinned as `options` says. Errors when pinning fails.
 pub fn run(options: &ProbeOptions) -> Result<TimerResult, ProbeError> {
     let (_pin, _cpu) = pin(options)?;
     let n = options
