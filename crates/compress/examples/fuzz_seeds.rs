@@ -4,7 +4,7 @@
 //! `cargo run -p hwqos-compress --example fuzz_seeds -- crates/compress/fuzz/corpus`
 
 use hwqos_compress::wire::{
-    parse_all, write_control, DecompressReport, FrameKind, Probe, ProbeReply,
+    parse_all, write_control, DecompressReport, FrameKind, LinkProbe, LinkProbeReply,
 };
 use hwqos_compress::{CodecId, Endpoint, Registry, Sampling, StreamConfig};
 use std::path::Path;
@@ -67,7 +67,7 @@ fn main() {
     let mut probe = Vec::new();
     write_control(
         FrameKind::Probe,
-        &Probe {
+        &LinkProbe {
             seq: 1,
             sent_ns: 42,
             pad: 16,
@@ -79,7 +79,7 @@ fn main() {
     let mut reply = Vec::new();
     write_control(
         FrameKind::ProbeReply,
-        &ProbeReply {
+        &LinkProbeReply {
             seq: 1,
             echoed_sent_ns: 42,
             probe_len: 28,

@@ -9,11 +9,11 @@
 use crate::codec::{Codec, CodecId, Registry};
 use crate::learn::Learner;
 use crate::policy::{AdaptiveTuning, PolicyKind, Selector};
-use crate::throttle::{CpuLoad, SharedThrottle, Throttle, ThrottleConfig};
+use crate::throttle::{CpuLoad, CpuThrottle, SharedThrottle, ThrottleConfig};
 use crate::transport::{TransportInfo, TransportSample, LINK_PROBE_NS};
 use crate::wire::{
-    write_control, DecompressReport, FrameKind, Header, Hello, Limits, Probe, ProbeReply, RawFrame,
-    WireError, DEFAULT_MAX_MESSAGE, FLAG_CHECKSUM,
+    write_control, DecompressReport, FrameKind, Header, Hello, Limits, LinkProbe, LinkProbeReply,
+    RawFrame, WireError, DEFAULT_MAX_MESSAGE, FLAG_CHECKSUM,
 };
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::mpsc;
@@ -294,7 +294,7 @@ pub struct Endpoint {
     checksum_out: bool,
     learner: Learner,
     selector: Selector,
-    throttle: Option<Throttle>,
+    throttle: Option<CpuThrottle>,
     /// The process's throttle, when streams share one (replaces `throttle`).
     shared_throttle: Option<SharedThrottle>,
     round_index: u64,
@@ -360,8 +360,8 @@ impl Endpoint {
         load: Option<Box<dyn CpuLoad>>,
     ) -> Self {
         let throttle = match (config.throttle, load) {
-            (Some(t), Some(l)) => Some(Throttle::new(t, l)),
-            (Some(t), None) => Some(Throttle::new(t, t.cpu_aggregate.source())),
+            (Some(t), Some(l)) => Some(CpuThrottle::new(t, l)),
+            (Some(t), None) => Some(CpuThrottle::new(t, t.cpu_aggregate.source())),
             _ => None,
         };
         let (sample_tx, sample_rx) = mpsc::channel();
@@ -377,7 +377,7 @@ impl Endpoint {
                 max_message: config.max_message,
             },
             learner: Learner::new(config.alpha, config.link_ns_per_byte),
-            budget_ns: throttle.as_ref().map(Throttle::initial_budget_ns),
+            budget_ns: throttle.as_ref().map(CpuThrottle::initial_budget_ns),
             throttle,
             shared_throttle: None,
             selector,
@@ -524,8 +524,8 @@ impl Endpoint {
     pub fn set_throttle(&mut self, throttle: Option<ThrottleConfig>) {
         self.shared_throttle = None;
         self.config.throttle = throttle;
-        self.throttle = throttle.map(|t| Throttle::new(t, t.cpu_aggregate.source()));
-        self.budget_ns = self.throttle.as_ref().map(Throttle::initial_budget_ns);
+        self.throttle = throttle.map(|t| CpuThrottle::new(t, t.cpu_aggregate.source()));
+        self.budget_ns = self.throttle.as_ref().map(CpuThrottle::initial_budget_ns);
     }
 
     /// Draws compression time from `shared`, the process's one throttle,
@@ -704,6 +704,12 @@ impl Endpoint {
 
     /// Frames `msg` (and, when due, a probe before it) into `out`; returns
     /// the codec used. The caller writes `out` to the connection.
+    ///
+    /// The steps, each its own method: check the size, close the round when
+    /// it is full, choose a codec (policy, link probe, CPU budget), compress,
+    /// write a link probe when one is due (after compressing, see
+    /// [`Endpoint::write_probe_if_due`]), write the data frame, offer the
+    /// message to the sampler, count.
     pub fn encode(&mut self, msg: &[u8], out: &mut Vec<u8>) -> Result<CodecId, WireError> {
         let limit = self.max_send();
         if msg.len() > limit as usize {
@@ -715,7 +721,24 @@ impl Endpoint {
         self.drain_samples();
         self.poll_transport();
         self.deferred_codec = None;
-        let round_len = if self.round_index == 0 || self.selector.learning() {
+        if self.sent_in_round >= self.round_len().max(1) {
+            self.end_round();
+        }
+        let start_len = out.len();
+        self.learner.observe_message_size(msg.len());
+        let chosen = self.choose_codec();
+        // `Some` when the compressed form (in `scratch`) is smaller.
+        let compressed = self.compress_into_scratch(chosen, msg);
+        self.write_probe_if_due(out);
+        let codec_id = self.write_data_frame(msg, compressed, out);
+        self.offer_sample(msg);
+        self.count_sent(codec_id, msg.len(), (out.len() - start_len) as u64);
+        Ok(codec_id)
+    }
+
+    /// How many messages the current round holds: shorter while learning.
+    fn round_len(&self) -> u32 {
+        if self.round_index == 0 || self.selector.learning() {
             match self.config.policy {
                 // A pipelined stream's messages are large and come back to
                 // back: while learning, it decides at every message (a
@@ -730,12 +753,12 @@ impl Endpoint {
             }
         } else {
             self.config.round_messages
-        };
-        if self.sent_in_round >= round_len.max(1) {
-            self.end_round();
         }
-        let start_len = out.len();
-        self.learner.observe_message_size(msg.len());
+    }
+
+    /// The codec the policy picks for the next message, or none when the
+    /// CPU budget of the round is spent.
+    fn choose_codec(&mut self) -> CodecId {
         let mut codec_id = self.selector.pick();
         // Only a stream with transport readings can be pipelined (and
         // message streams skip the clock read).
@@ -746,108 +769,137 @@ impl Endpoint {
             codec_id = CodecId::NONE;
             self.stats.throttled_messages += 1;
         }
-        let mut payload_is_scratch = false;
-        if codec_id != CodecId::NONE {
-            let codec = self
-                .registry
-                .get(codec_id)
-                .expect("negotiated codecs are registered")
-                .clone();
-            self.scratch.clear();
-            let ok;
-            let ns = if msg.len() >= CPU_TIMED_BYTES {
-                let t0 = thread_cpu_ns();
-                ok = codec.compress(msg, &mut self.scratch).is_ok();
-                thread_cpu_ns().saturating_sub(t0)
-            } else {
-                let t0 = Instant::now();
-                ok = codec.compress(msg, &mut self.scratch).is_ok();
-                t0.elapsed().as_nanos() as u64
-            };
-            self.charge(ns);
-            self.round_busy_ns += ns;
-            if ok {
-                self.learner
-                    .observe_compression(codec_id, msg.len(), self.scratch.len(), ns);
-            }
-            if ok && self.scratch.len() < msg.len() {
-                payload_is_scratch = true;
-            } else {
-                codec_id = CodecId::NONE;
-            }
+        codec_id
+    }
+
+    /// Compresses `msg` with `codec_id` into `scratch`, charges the time and
+    /// teaches the learner; `Some(codec_id)` when the result is smaller than
+    /// `msg` (the frame then carries `scratch`), `None` to send it as is.
+    fn compress_into_scratch(&mut self, codec_id: CodecId, msg: &[u8]) -> Option<CodecId> {
+        if codec_id == CodecId::NONE {
+            return None;
         }
-        // The probe goes first and is stamped after compression, so its RTT
-        // holds the network and the peer, not this end's compression time.
-        // (Its end lies in the first packet of the write, so a padding shorter
-        // than a packet hardly delays it: the padding grows until the delay
-        // stands out, see `NetworkEstimate::next_pad`.) While adaptive
-        // confidently sends uncompressed (a fast link) probes back off with
-        // its sampling, at most 64 times so RTT and link cost still follow
-        // the network; while it compresses they keep their pace.
-        if self.peer.is_some() && self.config.probe_every > 0 && self.until_probe == 0 {
-            // Not before three padded probes measured the link with the
-            // current padding (the padding may still have to grow).
-            let settled = self.learner.net.fixed_link_ns_per_byte.is_some()
-                || self.learner.net.padded_rtts.len() >= 3;
-            let backoff = if settled && self.selector.chosen() == CodecId::NONE {
-                self.selector.backoff().min(64)
-            } else {
-                1
-            };
-            // The first probes (small and padded in turn) go with the first
-            // messages, so the link is measured after a few messages instead
-            // of a few `probe_every`.
-            let dense = self.probe_seq < self.dense_until_seq;
-            self.until_probe = if dense {
-                1
-            } else {
-                self.config.probe_every * backoff
-            };
-            // Only the learning policies need the link's per-byte cost.
-            let learning = matches!(
-                self.config.policy,
-                PolicyKind::Adaptive | PolicyKind::Majority
-            );
-            // A configured link cost needs no padded probes. Once the
-            // estimate is steady, only every 4th padded slot is padded: the
-            // padding is the learning policies' own traffic (8 KiB every 32
-            // messages each way cost ~2.5% of the RTT at 1 Gbit/s), and a
-            // link change shows in the small probes' RTTs too
-            // (`Learner::observe_rtt`), which restarts the dense probing.
-            // Nor does a pipelined stream: its probes wait behind its own
-            // queue, and the transport measures the link.
-            let measuring =
-                self.learner.net.fixed_link_ns_per_byte.is_none() && !self.learner.pipelined();
-            let steady = !dense && self.learner.net.padded_rtts.len() >= STEADY_PADDED;
-            let slot = self.probe_seq % 2 == 1;
-            let padded = slot && (!steady || (self.probe_seq / 2) % STEADY_PAD_EVERY == 0);
-            let pad = if learning && measuring && padded {
-                self.probe_pad
-            } else {
-                0
-            };
-            self.stats.probes += 1;
-            if pad > 0 {
-                self.stats.padded_probes += 1;
-            }
-            let sent_ns = self.now_ns();
-            let p = Probe {
-                seq: self.probe_seq,
-                sent_ns,
-                pad,
-            };
-            write_control(FrameKind::Probe, &p.encode(), out);
-            if self.pending_probes.len() >= MAX_PENDING_PROBES {
-                self.pending_probes.pop_front();
-            }
-            self.pending_probes
-                .push_back((self.probe_seq, u64::from(pad)));
-            self.probe_seq = self.probe_seq.wrapping_add(1);
-        }
-        let payload: &[u8] = if payload_is_scratch {
-            &self.scratch
+        let codec = self
+            .registry
+            .get(codec_id)
+            .expect("negotiated codecs are registered")
+            .clone();
+        self.scratch.clear();
+        let ok;
+        let ns = if msg.len() >= CPU_TIMED_BYTES {
+            let t0 = thread_cpu_ns();
+            ok = codec.compress(msg, &mut self.scratch).is_ok();
+            thread_cpu_ns().saturating_sub(t0)
         } else {
-            msg
+            let t0 = Instant::now();
+            ok = codec.compress(msg, &mut self.scratch).is_ok();
+            t0.elapsed().as_nanos() as u64
+        };
+        self.charge(ns);
+        self.round_busy_ns += ns;
+        if ok {
+            self.learner
+                .observe_compression(codec_id, msg.len(), self.scratch.len(), ns);
+        }
+        if ok && self.scratch.len() < msg.len() {
+            Some(codec_id)
+        } else {
+            None
+        }
+    }
+
+    /// Writes a link probe into `out` when one is due. The probe goes first
+    /// and is stamped after compression, so its RTT holds the network and
+    /// the peer, not this end's compression time.
+    /// (Its end lies in the first packet of the write, so a padding shorter
+    /// than a packet hardly delays it: the padding grows until the delay
+    /// stands out, see `NetworkEstimate::next_pad`.) While adaptive
+    /// confidently sends uncompressed (a fast link) probes back off with
+    /// its sampling, at most 64 times so RTT and link cost still follow
+    /// the network; while it compresses they keep their pace.
+    fn write_probe_if_due(&mut self, out: &mut Vec<u8>) {
+        if !(self.peer.is_some() && self.config.probe_every > 0 && self.until_probe == 0) {
+            return;
+        }
+        // Not before three padded probes measured the link with the
+        // current padding (the padding may still have to grow).
+        let settled = self.learner.net.fixed_link_ns_per_byte.is_some()
+            || self.learner.net.padded_rtts.len() >= 3;
+        let backoff = if settled && self.selector.chosen() == CodecId::NONE {
+            self.selector.backoff().min(64)
+        } else {
+            1
+        };
+        // The first probes (small and padded in turn) go with the first
+        // messages, so the link is measured after a few messages instead
+        // of a few `probe_every`.
+        let dense = self.probe_seq < self.dense_until_seq;
+        self.until_probe = if dense {
+            1
+        } else {
+            self.config.probe_every * backoff
+        };
+        let pad = self.next_probe_pad(dense);
+        self.stats.probes += 1;
+        if pad > 0 {
+            self.stats.padded_probes += 1;
+        }
+        let sent_ns = self.now_ns();
+        let p = LinkProbe {
+            seq: self.probe_seq,
+            sent_ns,
+            pad,
+        };
+        write_control(FrameKind::Probe, &p.encode(), out);
+        if self.pending_probes.len() >= MAX_PENDING_PROBES {
+            self.pending_probes.pop_front();
+        }
+        self.pending_probes
+            .push_back((self.probe_seq, u64::from(pad)));
+        self.probe_seq = self.probe_seq.wrapping_add(1);
+    }
+
+    /// The padding of the probe about to be sent: small and padded probes
+    /// alternate; `dense` while the first probes (or those after a link
+    /// change) go one per message.
+    fn next_probe_pad(&self, dense: bool) -> u32 {
+        // Only the learning policies need the link's per-byte cost.
+        let learning = matches!(
+            self.config.policy,
+            PolicyKind::Adaptive | PolicyKind::Majority
+        );
+        // A configured link cost needs no padded probes. Once the
+        // estimate is steady, only every 4th padded slot is padded: the
+        // padding is the learning policies' own traffic (8 KiB every 32
+        // messages each way cost ~2.5% of the RTT at 1 Gbit/s), and a
+        // link change shows in the small probes' RTTs too
+        // (`Learner::observe_rtt`), which restarts the dense probing.
+        // Nor does a pipelined stream: its probes wait behind its own
+        // queue, and the transport measures the link.
+        let measuring =
+            self.learner.net.fixed_link_ns_per_byte.is_none() && !self.learner.pipelined();
+        let steady = !dense && self.learner.net.padded_rtts.len() >= STEADY_PADDED;
+        let slot = self.probe_seq % 2 == 1;
+        let padded = slot && (!steady || (self.probe_seq / 2) % STEADY_PAD_EVERY == 0);
+        if learning && measuring && padded {
+            self.probe_pad
+        } else {
+            0
+        }
+    }
+
+    /// Writes the data frame of `msg`: the compressed form in `scratch` when
+    /// `compressed` names its codec, `msg` itself otherwise. Returns the
+    /// codec of the frame.
+    fn write_data_frame(
+        &self,
+        msg: &[u8],
+        compressed: Option<CodecId>,
+        out: &mut Vec<u8>,
+    ) -> CodecId {
+        let (codec_id, payload): (CodecId, &[u8]) = match compressed {
+            Some(codec) => (codec, &self.scratch),
+            None => (CodecId::NONE, msg),
         };
         let checksum = self.checksum_out.then(|| crc32fast::hash(msg));
         Header {
@@ -862,93 +914,102 @@ impl Endpoint {
             out.extend_from_slice(&c.to_le_bytes());
         }
         out.extend_from_slice(payload);
+        codec_id
+    }
 
+    /// Earns sampling credit for `msg` and, when the selector wants to
+    /// explore a codec and the credit, the shares and the link allow it,
+    /// samples that codec on (the start of) `msg`.
+    fn offer_sample(&mut self, msg: &[u8]) {
         let earned = self.selector.sample_credit_ns(msg.len());
         self.sample_credit_ns = (self.sample_credit_ns + earned)
             .min(self.sample_ns as f64 + MAX_CREDIT_MESSAGES * earned);
-        if let Some((candidate, cost_per_byte)) = self.selector.explore() {
-            let t = self.selector.tuning();
-            let share = if self.selector.in_burst() {
-                t.burst_share
-            } else {
-                t.explore_share
-            };
-            // The sampler's share is over the stream's life, so a slow
-            // codec's sample is paid back over the following rounds.
-            let elapsed = self.epoch.elapsed().as_nanos() as f64;
-            // One sample in flight at a time: the share check then sees the
-            // cost of every sample it allowed before allowing the next.
-            // The sample's expected cost must fit in the credit: the sampler
-            // never spends more than a share of what compression could save.
-            // A large message is sampled on its first MAX_SAMPLE_BYTES:
-            // costs per byte and the ratio of a 64 KiB piece stand for the
-            // whole, and a slow codec's first sample of a 256 KiB relay
-            // read (lzma, bzip2: 100 ms or more) no longer stalls the stream.
-            let sample = &msg[..msg.len().min(MAX_SAMPLE_BYTES)];
-            let expected = cost_per_byte * sample.len() as f64;
-            // A sender ahead of the link waits for it anyway: a sample
-            // shorter than the time the queued bytes keep the link busy
-            // takes no time from the stream, so neither the wall-time share
-            // nor (before the link is measured, when nothing has earned
-            // credit yet; only the cheapest codec is sampled then) the
-            // credit holds it back — one at a time, within the CPU budget.
-            // A longer one (lzma on 256 KiB takes 50 ms or more) would let
-            // the queue run dry and stall the whole pipeline: it waits for
-            // a longer queue. (The expected cost of an unmeasured codec is
-            // its hint, a lower bound: hence a quarter of the queue.)
-            let bulk = &self.learner.net.bulk;
-            let unmeasured_link = self.learner.net.link_ns_per_byte().is_none();
-            let fits_queue = expected <= 0.25 * bulk.queued_ns();
-            let backlogged = bulk.is_backlogged();
-            let free = backlogged && (unmeasured_link || fits_queue);
-            let stalls = backlogged && !unmeasured_link && !fits_queue;
-            if self.samples_in_flight == 0
-                && !stalls
-                && self.budget_left()
-                && (free || (self.sample_ns as f64) <= share * elapsed)
-                && ((free && unmeasured_link)
-                    || self.sample_ns as f64 + expected <= self.sample_credit_ns)
-            {
-                if let Some(codec) = self.registry.get(candidate).cloned() {
-                    match self.config.sampling {
-                        Sampling::Background => {
-                            let job = SampleJob {
-                                codec,
-                                data: Arc::from(sample),
-                                reply: self.sample_tx.clone(),
-                            };
-                            if sampler().try_send(job).is_ok() {
-                                self.samples_in_flight += 1;
-                            }
+        let Some((candidate, cost_per_byte)) = self.selector.explore() else {
+            return;
+        };
+        let t = self.selector.tuning();
+        let share = if self.selector.in_burst() {
+            t.burst_share
+        } else {
+            t.explore_share
+        };
+        // The sampler's share is over the stream's life, so a slow
+        // codec's sample is paid back over the following rounds.
+        let elapsed = self.epoch.elapsed().as_nanos() as f64;
+        // One sample in flight at a time: the share check then sees the
+        // cost of every sample it allowed before allowing the next.
+        // The sample's expected cost must fit in the credit: the sampler
+        // never spends more than a share of what compression could save.
+        // A large message is sampled on its first MAX_SAMPLE_BYTES:
+        // costs per byte and the ratio of a 64 KiB piece stand for the
+        // whole, and a slow codec's first sample of a 256 KiB relay
+        // read (lzma, bzip2: 100 ms or more) no longer stalls the stream.
+        let sample = &msg[..msg.len().min(MAX_SAMPLE_BYTES)];
+        let expected = cost_per_byte * sample.len() as f64;
+        // A sender ahead of the link waits for it anyway: a sample
+        // shorter than the time the queued bytes keep the link busy
+        // takes no time from the stream, so neither the wall-time share
+        // nor (before the link is measured, when nothing has earned
+        // credit yet; only the cheapest codec is sampled then) the
+        // credit holds it back — one at a time, within the CPU budget.
+        // A longer one (lzma on 256 KiB takes 50 ms or more) would let
+        // the queue run dry and stall the whole pipeline: it waits for
+        // a longer queue. (The expected cost of an unmeasured codec is
+        // its hint, a lower bound: hence a quarter of the queue.)
+        let bulk = &self.learner.net.bulk;
+        let unmeasured_link = self.learner.net.link_ns_per_byte().is_none();
+        let fits_queue = expected <= 0.25 * bulk.queued_ns();
+        let backlogged = bulk.is_backlogged();
+        let free = backlogged && (unmeasured_link || fits_queue);
+        let stalls = backlogged && !unmeasured_link && !fits_queue;
+        if self.samples_in_flight == 0
+            && !stalls
+            && self.budget_left()
+            && (free || (self.sample_ns as f64) <= share * elapsed)
+            && ((free && unmeasured_link)
+                || self.sample_ns as f64 + expected <= self.sample_credit_ns)
+        {
+            if let Some(codec) = self.registry.get(candidate).cloned() {
+                match self.config.sampling {
+                    Sampling::Background => {
+                        let job = SampleJob {
+                            codec,
+                            data: Arc::from(sample),
+                            reply: self.sample_tx.clone(),
+                        };
+                        if sampler().try_send(job).is_ok() {
+                            self.samples_in_flight += 1;
                         }
-                        Sampling::AfterSend => {
-                            self.deferred_msg.clear();
-                            self.deferred_msg.extend_from_slice(sample);
-                            self.deferred_codec = Some(codec);
-                        }
-                        Sampling::Inline => {
-                            if let Some(r) = run_sample(codec.as_ref(), sample) {
-                                self.absorb_sample(r);
-                            }
-                        }
-                        Sampling::Off => {}
                     }
+                    Sampling::AfterSend => {
+                        self.deferred_msg.clear();
+                        self.deferred_msg.extend_from_slice(sample);
+                        self.deferred_codec = Some(codec);
+                    }
+                    Sampling::Inline => {
+                        if let Some(r) = run_sample(codec.as_ref(), sample) {
+                            self.absorb_sample(r);
+                        }
+                    }
+                    Sampling::Off => {}
                 }
             }
         }
+    }
 
+    /// Counts one sent message of `app_bytes` that took `wire_bytes`.
+    fn count_sent(&mut self, codec_id: CodecId, app_bytes: usize, wire_bytes: u64) {
         self.until_probe = self.until_probe.saturating_sub(1);
         self.sent_in_round += 1;
         self.last_codec = codec_id;
         self.stats.messages_sent += 1;
-        self.stats.app_bytes_sent += msg.len() as u64;
-        self.stats.wire_bytes_sent += (out.len() - start_len) as u64;
+        self.stats.app_bytes_sent += app_bytes as u64;
+        self.stats.wire_bytes_sent += wire_bytes;
         *self.sent_counts.entry(codec_id).or_default() += 1;
-        Ok(codec_id)
     }
 
     /// Sets, in the probe replies among `frames`, how long this end held
-    /// each of them since it decoded the probe (see [`ProbeReply::held_ns`]).
+    /// each of them since it decoded the probe (see [`LinkProbeReply::held_ns`]).
     /// Call it on the reply frames [`decode`](Self::decode) appended, right
     /// before they are written; replies not stamped tell the peer a hold
     /// time of 0, and their round trip then includes the wait.
@@ -958,7 +1019,7 @@ impl Endpoint {
         }
         let now = self.now_ns();
         let answered = &mut self.unstamped_replies;
-        ProbeReply::stamp_held(frames, |seq| {
+        LinkProbeReply::stamp_held(frames, |seq| {
             let i = answered.iter().position(|(s, _)| *s == seq)?;
             let (_, decoded) = answered.remove(i)?;
             Some(now.saturating_sub(decoded).min(u64::from(u32::MAX)) as u32)
@@ -1031,12 +1092,12 @@ impl Endpoint {
                 Ok(Some(out))
             }
             FrameKind::Probe => {
-                let p = Probe::decode(&frame.payload)?;
+                let p = LinkProbe::decode(&frame.payload)?;
                 if self.unstamped_replies.len() >= MAX_PENDING_PROBES {
                     self.unstamped_replies.pop_front();
                 }
                 self.unstamped_replies.push_back((p.seq, self.now_ns()));
-                let reply = ProbeReply {
+                let reply = LinkProbeReply {
                     seq: p.seq,
                     echoed_sent_ns: p.sent_ns,
                     probe_len: frame.payload.len() as u32,
@@ -1052,7 +1113,7 @@ impl Endpoint {
                 Ok(None)
             }
             FrameKind::ProbeReply => {
-                let r = ProbeReply::decode(&frame.payload)?;
+                let r = LinkProbeReply::decode(&frame.payload)?;
                 let now = self.now_ns();
                 if let Some(pos) = self.pending_probes.iter().position(|(s, _)| *s == r.seq) {
                     let (_, pad) = self.pending_probes.remove(pos).expect("position is valid");

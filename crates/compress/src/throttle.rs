@@ -349,7 +349,7 @@ pub struct ThrottleConfig {
     /// Largest share of one CPU compression may get.
     pub max_share: f64,
     /// Bound of the integral term (either sign), as a fraction of
-    /// `max_share`; [`Throttle::round_budget`] lowers it further to what
+    /// `max_share`; [`CpuThrottle::round_budget`] lowers it further to what
     /// compression actually uses (anti-windup).
     pub integral_limit: f64,
     /// How per-CPU utilizations combine into the input (for the
@@ -379,7 +379,7 @@ impl Default for ThrottleConfig {
 
 /// Wall time whose worth of the initial share the first round may spend
 /// (and the most unused budget a round carries over, see
-/// [`Throttle::next_budget`]).
+/// [`CpuThrottle::next_budget`]).
 pub const INITIAL_WINDOW: Duration = Duration::from_millis(100);
 
 /// The PID controller (the `pid` crate's semantics: proportional and
@@ -413,7 +413,7 @@ impl Controller {
 }
 
 /// The PID throttle of one stream.
-pub struct Throttle {
+pub struct CpuThrottle {
     pid: Controller,
     config: ThrottleConfig,
     load: Box<dyn CpuLoad>,
@@ -424,10 +424,10 @@ pub struct Throttle {
     wall_ns: u64,
 }
 
-impl Throttle {
+impl CpuThrottle {
     pub fn new(config: ThrottleConfig, load: Box<dyn CpuLoad>) -> Self {
         let share = config.initial_share.clamp(0.0, config.max_share);
-        Throttle {
+        CpuThrottle {
             pid: Controller {
                 setpoint: config.target,
                 kp: config.kp,
@@ -467,7 +467,7 @@ impl Throttle {
     /// round that ended took `round_wall_ns` and compression used
     /// `round_used_ns` of it.
     ///
-    /// At or above [`Throttle::overload_threshold`] the share drops to 0
+    /// At or above [`CpuThrottle::overload_threshold`] the share drops to 0
     /// and the integral is cleared.
     ///
     /// Anti-windup: the integral is bounded by what compression actually used
@@ -517,7 +517,7 @@ impl Throttle {
         (fresh.saturating_add(left) as f64).min(cap) as u64
     }
 
-    /// [`Throttle::round_budget`] for a caller that does not track use
+    /// [`CpuThrottle::round_budget`] for a caller that does not track use
     /// (compression assumed to use its whole share).
     pub fn round_budget_ns(&mut self, round_wall_ns: u64) -> u64 {
         let used = (self.share * round_wall_ns as f64) as u64;
@@ -546,7 +546,7 @@ const SHARED_BURST: Duration = Duration::from_millis(100);
 
 /// One throttle for every stream of a process (the relay's connections).
 ///
-/// Each stream with its own [`Throttle`] reads the same CPU utilization and
+/// Each stream with its own [`CpuThrottle`] reads the same CPU utilization and
 /// reacts to it on its own: with N streams compressing, a change of
 /// utilization moves N shares at once, so the loop gain grows with the
 /// number of streams and the node oscillates (two streams in one cgroup
@@ -561,7 +561,7 @@ pub struct SharedThrottle {
 }
 
 struct SharedState {
-    throttle: Throttle,
+    throttle: CpuThrottle,
     last_refill: Instant,
     /// Compression time charged since the last refill.
     charged_ns: u64,
@@ -577,7 +577,7 @@ impl SharedThrottle {
 
     /// The same with another CPU-load source (simulations, tests).
     pub fn with_cpu_load(config: ThrottleConfig, load: Box<dyn CpuLoad>) -> Self {
-        let throttle = Throttle::new(config, load);
+        let throttle = CpuThrottle::new(config, load);
         // The bucket starts full at the initial share (see
         // `ThrottleConfig::initial_share`): the first connections compress
         // before the controller's first reading.

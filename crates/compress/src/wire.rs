@@ -487,14 +487,14 @@ impl Hello {
 
 /// A probe: sequence number and the sender's monotonic send time.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Probe {
+pub struct LinkProbe {
     pub seq: u32,
     pub sent_ns: u64,
     /// Padding bytes (to measure the per-byte link cost).
     pub pad: u32,
 }
 
-impl Probe {
+impl LinkProbe {
     pub fn encode(&self) -> Vec<u8> {
         let mut p = Vec::with_capacity(12 + self.pad as usize);
         p.extend_from_slice(&self.seq.to_le_bytes());
@@ -503,14 +503,14 @@ impl Probe {
         p
     }
 
-    pub fn decode(p: &[u8]) -> Result<Probe, WireError> {
+    pub fn decode(p: &[u8]) -> Result<LinkProbe, WireError> {
         if p.len() < 12 {
             return Err(WireError::BadPayload {
                 kind: FrameKind::Probe,
                 detail: format!("{} bytes, at least 12 expected", p.len()),
             });
         }
-        Ok(Probe {
+        Ok(LinkProbe {
             seq: u32::from_le_bytes(p[0..4].try_into().expect("4 bytes")),
             sent_ns: u64::from_le_bytes(p[4..12].try_into().expect("8 bytes")),
             pad: (p.len() - 12) as u32,
@@ -530,7 +530,7 @@ pub struct DecompressReport {
 
 /// The answer to a probe.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ProbeReply {
+pub struct LinkProbeReply {
     pub seq: u32,
     pub echoed_sent_ns: u64,
     /// Size of the probe payload that was answered (to tell padded probes apart).
@@ -539,12 +539,12 @@ pub struct ProbeReply {
     /// saturating): the prober subtracts it from the round trip, like QUIC's
     /// ACK delay, so an application's think time between a request and its
     /// next write does not count as network time. The answering endpoint
-    /// encodes 0 and sets it just before the write ([`ProbeReply::stamp_held`]).
+    /// encodes 0 and sets it just before the write ([`LinkProbeReply::stamp_held`]).
     pub held_ns: u32,
     pub reports: Vec<DecompressReport>,
 }
 
-impl ProbeReply {
+impl LinkProbeReply {
     const ENTRY: usize = 1 + 4 + 8 + 8;
     /// Bytes before the reports.
     const FIXED: usize = 21;
@@ -590,7 +590,7 @@ impl ProbeReply {
         }
     }
 
-    pub fn decode(p: &[u8]) -> Result<ProbeReply, WireError> {
+    pub fn decode(p: &[u8]) -> Result<LinkProbeReply, WireError> {
         let bad = |d: String| WireError::BadPayload {
             kind: FrameKind::ProbeReply,
             detail: d,
@@ -618,7 +618,7 @@ impl ProbeReply {
                 nanos: u64::from_le_bytes(e[13..21].try_into().expect("8 bytes")),
             })
             .collect();
-        Ok(ProbeReply {
+        Ok(LinkProbeReply {
             seq: u32::from_le_bytes(p[0..4].try_into().expect("4 bytes")),
             echoed_sent_ns: u64::from_le_bytes(p[4..12].try_into().expect("8 bytes")),
             probe_len: u32::from_le_bytes(p[12..16].try_into().expect("4 bytes")),

@@ -479,10 +479,10 @@ impl CpuLoad for SimulatedNode {
 
 #[test]
 fn the_throttle_holds_a_reachable_target_reacts_within_readings_and_resumes() {
-    use hwqos_compress::throttle::Throttle;
+    use hwqos_compress::throttle::CpuThrottle;
     let background = Arc::new(std::sync::Mutex::new(0.1));
     let share = Arc::new(std::sync::Mutex::new(0.0));
-    let mut t = Throttle::new(
+    let mut t = CpuThrottle::new(
         ThrottleConfig {
             target: 0.75,
             ..Default::default()
@@ -492,7 +492,7 @@ fn the_throttle_holds_a_reachable_target_reacts_within_readings_and_resumes() {
             share: share.clone(),
         }),
     );
-    let step = |t: &mut Throttle| {
+    let step = |t: &mut CpuThrottle| {
         // One reading per call (the simulated source is always fresh).
         t.round_budget_ns(1_000_000);
         *share.lock().unwrap() = t.share();
@@ -544,11 +544,11 @@ fn the_throttle_holds_a_reachable_target_reacts_within_readings_and_resumes() {
 
 #[test]
 fn the_throttle_does_not_wind_up_while_compression_uses_less_than_its_share() {
-    use hwqos_compress::throttle::Throttle;
+    use hwqos_compress::throttle::CpuThrottle;
     // Compression wants only 0.2 of a CPU; the node is far below the target.
     let background = Arc::new(std::sync::Mutex::new(0.1));
     let used = Arc::new(std::sync::Mutex::new(0.0));
-    let mut t = Throttle::new(
+    let mut t = CpuThrottle::new(
         ThrottleConfig {
             target: 0.75,
             ..Default::default()
@@ -559,7 +559,7 @@ fn the_throttle_does_not_wind_up_while_compression_uses_less_than_its_share() {
         }),
     );
     let wall = 1_000_000u64;
-    let step = |t: &mut Throttle| {
+    let step = |t: &mut CpuThrottle| {
         let u = *used.lock().unwrap();
         t.round_budget(wall, (u * wall as f64) as u64);
         *used.lock().unwrap() = t.share().min(0.2);
@@ -772,9 +772,9 @@ impl CpuLoad for DoubledNode {
 
 #[test]
 fn the_throttle_settles_without_oscillating_when_a_share_moves_utilization_twice_as_much() {
-    use hwqos_compress::throttle::Throttle;
+    use hwqos_compress::throttle::CpuThrottle;
     let share = Arc::new(std::sync::Mutex::new(0.0));
-    let mut t = Throttle::new(
+    let mut t = CpuThrottle::new(
         ThrottleConfig::default(),
         Box::new(DoubledNode {
             background: 0.4,
@@ -915,8 +915,8 @@ fn a_reply_held_by_the_peer_does_not_count_as_round_trip_time() {
 /// and leaves every other byte as it was.
 #[test]
 fn stamping_sets_only_the_hold_time_of_the_named_replies() {
-    use hwqos_compress::wire::{write_control, FrameKind, ProbeReply};
-    let reply = |seq| ProbeReply {
+    use hwqos_compress::wire::{write_control, FrameKind, LinkProbeReply};
+    let reply = |seq| LinkProbeReply {
         seq,
         echoed_sent_ns: 1234,
         probe_len: 12,
@@ -928,12 +928,12 @@ fn stamping_sets_only_the_hold_time_of_the_named_replies() {
     write_control(FrameKind::Probe, &[0; 12], &mut frames);
     write_control(FrameKind::ProbeReply, &reply(8).encode(), &mut frames);
     let before = frames.clone();
-    ProbeReply::stamp_held(&mut frames, |seq| (seq == 8).then_some(555));
+    LinkProbeReply::stamp_held(&mut frames, |seq| (seq == 8).then_some(555));
     let got: Vec<_> = parse_all(&frames, Default::default())
         .unwrap()
         .into_iter()
         .filter(|f| f.header.kind == FrameKind::ProbeReply)
-        .map(|f| ProbeReply::decode(&f.payload).unwrap())
+        .map(|f| LinkProbeReply::decode(&f.payload).unwrap())
         .collect();
     assert_eq!(got[0], reply(7));
     assert_eq!(got[1].held_ns, 555);
@@ -945,7 +945,7 @@ fn stamping_sets_only_the_hold_time_of_the_named_replies() {
     // Garbage after the frames stops the walk without touching it.
     let mut junk = frames.clone();
     junk.extend_from_slice(b"not a frame");
-    ProbeReply::stamp_held(&mut junk, |_| Some(1));
+    LinkProbeReply::stamp_held(&mut junk, |_| Some(1));
     assert!(junk.ends_with(b"not a frame"));
 }
 
