@@ -20,7 +20,7 @@
 //!
 //! [`FrameDb::encoded_frames`] and [`FrameDb::encoded_frames_after`] share the encoded frames
 //! and the dictionary (no copy, no decoding under the lock); a flush
-//! ([`crate::segments`]) decodes the frames newer than the last one it wrote,
+//! (the `segments` module) decodes the frames newer than the last one it wrote,
 //! one at a time, while it appends them to its files.
 
 use crate::frame_codec::{self, DecodeError, Dictionary};

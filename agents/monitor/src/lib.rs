@@ -16,8 +16,9 @@
 //! - [`openmetrics`]: the OpenMetrics text of the newest frames (rendering only);
 //! - [`counters`]: the running counts and the `window` byte account;
 //! - [`live`]: what the sampler publishes for subscribers and `/metrics`;
-//! - [`monitor`]: [`Monitor`] (owns the sampling thread) and [`MonitorHandle`];
+//! - `state`: what the sampling thread and the handles share, behind which lock;
 //! - `sampling`: the sampling thread (it also feeds the systemd watchdog);
+//! - [`monitor`]: [`Monitor`] (starts and stops the sampling thread) and [`MonitorHandle`];
 //! - `reload`, `flush`: [`MonitorHandle::apply`]/[`MonitorHandle::reload`]
 //!   and [`MonitorHandle::flush`];
 //! - [`api_server`]: the live API on a Unix socket (protocol and client in [`hwqos_pmu::api`]);
@@ -41,6 +42,7 @@ mod sampling;
 pub mod segments;
 pub mod service;
 pub mod source;
+mod state;
 
 /// The version reported in status, hello lines and recordings.
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");

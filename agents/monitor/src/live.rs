@@ -112,6 +112,11 @@ impl LiveState {
         self.frames_tx.subscribe()
     }
 
+    #[cfg(test)]
+    pub(crate) fn recent_for_tests(&self) -> &Mutex<VecDeque<Arc<Frame>>> {
+        &self.recent
+    }
+
     /// The newest frame published.
     pub(crate) fn latest(&self) -> Option<Arc<Frame>> {
         lock(&self.recent).back().cloned()

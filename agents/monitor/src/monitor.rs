@@ -13,7 +13,8 @@ use crate::error::MonitorError;
 use crate::live::{lock, LiveState};
 use crate::openmetrics::SelfMetrics;
 use crate::segments::{OutputStats, SegmentWriter};
-use crate::source::{backend_name, FrameSource, NodeSources, SourceInfo};
+use crate::source::{backend_name, NodeSources, SourceInfo};
+use crate::state::{db_bytes, period_ns, Shared};
 use crate::VERSION;
 use hwqos_agent::lifecycle::Heartbeat;
 use hwqos_core::ticker::Ticker;
@@ -32,40 +33,6 @@ pub const WINDOW_BATCH_FRAMES: usize = 64;
 /// …and about the most decoded bytes a turn takes (at least one frame): what a
 /// window response holds at a time, however large the window.
 pub const WINDOW_BATCH_BYTES: usize = 1 << 20;
-
-/// Everything the sampling thread and the handles share.
-pub(crate) struct Shared {
-    pub(crate) node: String,
-    pub(crate) started: Timestamp,
-    pub(crate) config_path: Option<PathBuf>,
-    pub(crate) rate_override: Option<f64>,
-    pub(crate) sources: NodeSources,
-    pub(crate) config: RwLock<Arc<Config>>,
-    pub(crate) db: Mutex<FrameDb>,
-    pub(crate) source: Mutex<Box<dyn FrameSource>>,
-    pub(crate) source_info: Mutex<SourceInfo>,
-    pub(crate) live: LiveState,
-    pub(crate) queue: usize,
-    pub(crate) counters: Counters,
-    pub(crate) metrics_addr: Mutex<Option<SocketAddr>>,
-    pub(crate) period_ns: AtomicU64,
-    pub(crate) stop: AtomicBool,
-    /// The append-only recordings; its lock also makes flushes one at a time.
-    pub(crate) output: Mutex<SegmentWriter>,
-    /// What the flushes wrote, copied after each (a scrape must not wait for a flush).
-    pub(crate) output_stats: Mutex<OutputStats>,
-    /// One permit per `window` response being sent (`[api] max_windows`).
-    pub(crate) windows: Arc<tokio::sync::Semaphore>,
-    pub(crate) max_windows: usize,
-}
-
-pub(crate) fn period_ns(rate_hz: f64) -> u64 {
-    (1e9 / rate_hz).round().max(1.0) as u64
-}
-
-pub(crate) fn db_bytes(config: &Config) -> usize {
-    config.database.max_mib.saturating_mul(1 << 20)
-}
 
 /// A cheap, cloneable handle on a running monitor: what the API and the
 /// endpoint use, and what an embedding service uses.
@@ -437,5 +404,117 @@ impl MonitorHandle {
     /// Configured events this node cannot count.
     pub(crate) fn unavailable_events(&self) -> usize {
         lock(&self.shared.source_info).unavailable.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::source::FrameSource;
+    use hwqos_core::{MetricName, Sample, Scope};
+    use hwqos_pmu::api::UnavailableEvent;
+    use hwqos_pmu::backend::BackendKind;
+    use hwqos_pmu::PmuError;
+
+    /// One gauge per tick.
+    struct OneGauge;
+
+    impl FrameSource for OneGauge {
+        fn sample(&mut self, time: Timestamp) -> Frame {
+            Frame {
+                seq: 0,
+                time,
+                interval_ns: 5_000_000,
+                samples: vec![Sample::gauge(
+                    time,
+                    Scope::Cpu { cpu: 3 },
+                    MetricName::from_static("os.cpu.util"),
+                    0.5,
+                )],
+                labels: vec![],
+            }
+        }
+        fn event_sets(&self) -> Vec<Vec<String>> {
+            vec![vec!["sw.page_faults".into()]]
+        }
+        fn set_event_sets(&mut self, _: Vec<Vec<String>>) -> Result<(), PmuError> {
+            Ok(())
+        }
+        fn unavailable(&self) -> Vec<UnavailableEvent> {
+            Vec::new()
+        }
+        fn backend(&self) -> BackendKind {
+            BackendKind::Simulated
+        }
+    }
+
+    #[test]
+    fn a_scrape_and_status_never_wait_for_the_database() {
+        let out = tempfile::tempdir().unwrap();
+        let mut config = Config {
+            rate_hz: 200.0,
+            event_sets: vec![vec!["sw.page_faults".into()]],
+            ..Config::default()
+        };
+        config.output.dir = out.path().to_path_buf();
+        let sources = NodeSources {
+            make_source: Arc::new(|_: &Config| Ok(Box::new(OneGauge) as Box<dyn FrameSource>)),
+            check_event: Arc::new(|_: &str| Ok(())),
+        };
+        let monitor = Monitor::start(config, None, None, sources).unwrap();
+        let h = monitor.handle();
+        let start = std::time::Instant::now();
+        while h.status().frames_in_db < 3 {
+            assert!(start.elapsed() < Duration::from_secs(30), "no frames");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        // Hold the database as a long `window` request or flush would; the
+        // scrape and the status come from the live state all the same.
+        let held = lock(&h.shared.db);
+        let (tx, rx) = mpsc::channel();
+        let scraper = h.clone();
+        std::thread::spawn(move || {
+            let _ = tx.send((scraper.render_metrics(), scraper.status().frames_in_db));
+        });
+        // A generous bound, not a speed assertion: with the database lock
+        // taken by a scrape this would never arrive.
+        let (text, frames) = rx
+            .recv_timeout(Duration::from_secs(30))
+            .expect("the scrape waited for the database lock");
+        drop(held);
+        assert!(
+            text.contains("hwqos_os_cpu_util_ratio{scope=\"cpu\",cpu=\"3\"} 0.5\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains(&format!("hwqos_monitor_database_frames {frames}\n")),
+            "{text}"
+        );
+        monitor.stop();
+    }
+
+    #[test]
+    fn the_exposition_keeps_only_the_rotation_horizon() {
+        let live = LiveState::new(4, 1, 0.0);
+        for seq in 0..100 {
+            live.publish(Arc::new(Frame {
+                seq,
+                ..Frame::default()
+            }));
+        }
+        let keep = crate::live::stale_after(1) as usize + 1;
+        assert_eq!(lock(live.recent_for_tests()).len(), keep);
+        live.set_rotation(20);
+        for seq in 100..200 {
+            live.publish(Arc::new(Frame {
+                seq,
+                ..Frame::default()
+            }));
+        }
+        assert_eq!(
+            lock(live.recent_for_tests()).len(),
+            crate::live::stale_after(20) as usize + 1
+        );
+        assert_eq!(live.latest().map(|f| f.seq), Some(199));
     }
 }

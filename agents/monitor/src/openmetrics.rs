@@ -1,7 +1,7 @@
 //! The OpenMetrics (`/metrics`) exposition of the newest measurements: this
 //! module only renders text; the frames come from the live state
-//! ([`crate::live`]) and the endpoint is hwqos-agent's bounded server
-//! (`hwqos_agent::serve_metrics`, started by [`crate::service`]).
+//! (the `live` module) and the endpoint is hwqos-agent's bounded server
+//! (`hwqos_agent::serve_metrics`, started by the `service` module).
 //!
 //! Naming scheme (every family is a gauge; see below why):
 //!

@@ -4,8 +4,9 @@
 use crate::config::{self, Config};
 use crate::error::MonitorError;
 use crate::live::lock;
-use crate::monitor::{db_bytes, period_ns, MonitorHandle};
+use crate::monitor::MonitorHandle;
 use crate::source::SourceInfo;
+use crate::state::{db_bytes, period_ns};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use tracing::{info, warn};

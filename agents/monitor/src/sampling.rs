@@ -3,7 +3,7 @@
 //! service manager's watchdog, so that a stuck sampler stops the pings.
 
 use crate::live::lock;
-use crate::monitor::Shared;
+use crate::state::Shared;
 use hwqos_agent::lifecycle::Heartbeat;
 use hwqos_core::ticker::Ticker;
 use hwqos_core::Timestamp;
