@@ -20,10 +20,12 @@ pub struct Cli {
     /// With --list-events: one JSON object per event.
     #[arg(long, requires = "list_events")]
     pub json: bool,
+    /// The subcommand; `None` only with `--list-events`.
     #[command(subcommand)]
     pub command: Option<Command>,
 }
 
+/// The subcommands, one per [`crate::run`] branch.
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Count events for a command, processes, or the whole system (like `perf stat`).
@@ -67,6 +69,7 @@ pub struct TargetArgs {
     pub command: Vec<String>,
 }
 
+/// `hwqos stat`'s flags (perf stat's, where they exist).
 #[derive(Debug, Args)]
 pub struct StatArgs {
     /// Events, comma-separated, by any catalog name: generic (`sw.task_clock`,
@@ -125,10 +128,12 @@ pub struct StatArgs {
     /// several PMUs into one line.
     #[arg(long = "no-merge")]
     pub no_merge: bool,
+    /// What to count in.
     #[command(flatten)]
     pub target: TargetArgs,
 }
 
+/// `hwqos list`'s flags.
 #[derive(Debug, Args)]
 pub struct ListArgs {
     /// One JSON object per event.
@@ -141,6 +146,7 @@ pub struct ListArgs {
     pub filter: Vec<String>,
 }
 
+/// `hwqos spec`'s flags.
 #[derive(Debug, Args)]
 pub struct SpecArgs {
     /// Write the spec to FILE instead of standard output.
@@ -151,6 +157,7 @@ pub struct SpecArgs {
     pub no_probe: bool,
 }
 
+/// `hwqos top`'s flags.
 #[derive(Debug, Args)]
 pub struct TopArgs {
     /// Seconds between updates.
@@ -183,6 +190,7 @@ pub struct TopArgs {
     pub events: Option<String>,
 }
 
+/// `hwqos record`'s flags.
 #[derive(Debug, Args)]
 pub struct RecordArgs {
     /// Output recording (JSON lines).
@@ -205,10 +213,12 @@ pub struct RecordArgs {
     /// Stop after this many seconds (default: when the command or processes end, or on Ctrl-C).
     #[arg(long = "duration", value_name = "SECS")]
     pub duration: Option<f64>,
+    /// What to record.
     #[command(flatten)]
     pub target: TargetArgs,
 }
 
+/// `hwqos report`'s flags.
 #[derive(Debug, Args)]
 pub struct ReportArgs {
     /// A recording written by `hwqos record` or hwqos-monitor (JSON lines).
@@ -218,6 +228,7 @@ pub struct ReportArgs {
     pub json: bool,
 }
 
+/// `hwqos plot`'s flags.
 #[derive(Debug, Args)]
 pub struct PlotArgs {
     /// A recording written by `hwqos record` or hwqos-monitor (JSON lines).
@@ -233,6 +244,7 @@ pub struct PlotArgs {
     pub scopes: Vec<String>,
 }
 
+/// `hwqos probe`'s flags.
 #[derive(Debug, Args)]
 pub struct ProbeArgs {
     /// Probes to run, e.g. `memlat ctxswitch` (default: all of clock, syscall,

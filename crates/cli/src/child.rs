@@ -152,6 +152,7 @@ impl Drop for HeldChild {
 }
 
 impl RunningChild {
+    /// The child's process id.
     pub fn pid(&self) -> u32 {
         self.pid as u32
     }

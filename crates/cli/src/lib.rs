@@ -2,6 +2,24 @@
 //! it can be tested without spawning the binary; `main.rs` only parses arguments
 //! and maps errors to exit codes.
 //!
+//! `hwqos` is the operator's tool on a node: `stat` counts events for a command,
+//! processes or the whole system the way `perf stat` does (same CSV and JSON
+//! shapes, plus `--json-full` lines with the raw `time_enabled`/`time_running`);
+//! `list` and `spec` say which events this node can count and why the others
+//! cannot; `top` is a live per-process and per-CPU view; `record`, `report` and
+//! `plot` make, summarize and draw recordings in hwqos-core's format; `probe`
+//! measures the node's hardware model (hwqos-topology). The sampling is the
+//! same engine as the monitor agent's (hwqos-pmu's sampler and backends), so
+//! numbers from the CLI and from the agents agree.
+//!
+//! [`run`] takes a parsed [`args::Cli`] and returns the exit code; each
+//! subcommand's module has a `run` taking its argument struct and an output
+//! writer, so tests and other Rust tools can drive a subcommand with a
+//! simulated backend ([`stat_run::StatEnv`]) or read recordings with the same
+//! code `hwqos report` uses ([`report::columns`]). Errors that are the user's
+//! (bad flags, unknown events, unreadable files) are marked by
+//! [`error::usage`] and end with exit status 2.
+//!
 //! - [`args`]: the clap definitions;
 //! - [`stat`], [`stat_run`]: `hwqos stat` (perf-stat-like counting);
 //! - [`list`]: event names and their availability here;
@@ -12,6 +30,31 @@
 //! - [`probe`]: `hwqos probe`, the node's hardware model (hwqos-topology);
 //! - [`progress`]: progress bars of the long steps (only on a terminal);
 //! - [`error`]: exit codes (2 for usage and configuration errors).
+//!
+//! # Example
+//!
+//! Splitting frames into the per-scope, per-metric columns `hwqos report` and
+//! `hwqos plot` work on:
+//!
+//! ```rust
+//! use hwqos_core::{Frame, MetricName, Sample, Scope, Timestamp};
+//!
+//! let metric = MetricName::from_static("os.cpu.util");
+//! let frames: Vec<Frame> = (0..3u64)
+//!     .map(|seq| {
+//!         let time = Timestamp { mono_ns: seq * 1_000_000_000, wall_ns: 0 };
+//!         let sample = Sample::gauge(time, Scope::System, metric.clone(), 0.25 * seq as f64);
+//!         Frame { seq, time, interval_ns: 1_000_000_000, samples: vec![sample], labels: vec![] }
+//!     })
+//!     .collect();
+//! let columns = hwqos_cli::report::columns(&frames);
+//! let util = &columns[&Scope::System][&metric];
+//! assert_eq!(util.times, vec![0.0, 1.0, 2.0]);
+//! assert_eq!(util.values, vec![0.0, 0.25, 0.5]);
+//! assert_eq!(util.multiplexed, 0);
+//! ```
+
+#![deny(missing_docs)]
 
 pub mod args;
 pub mod child;

@@ -76,7 +76,9 @@ pub fn counter_class(sets: &[Vec<String>], catalog: &Catalog) -> CounterClass {
 
 /// The rest of the monitor engine's inputs for a record or top session.
 pub struct Engine {
+    /// The sampler set up for the session's targets and event sets.
     pub sampler: Sampler,
+    /// This node's event catalog, which resolved the events.
     pub catalog: Catalog,
 }
 

@@ -34,9 +34,12 @@ pub fn load(path: &Path) -> Result<Recording> {
 /// The values of one metric about one scope, in time order.
 #[derive(Clone, Debug, Default)]
 pub struct Column {
+    /// The scope's label (a process's `comm`) from the first frame that has
+    /// one; `None` when no frame labels the scope.
     pub label: Option<String>,
     /// Seconds since the first frame of the recording.
     pub times: Vec<f64>,
+    /// The sample values, one per entry of `times`, in the metric's unit.
     pub values: Vec<f64>,
     /// How many of the values were scaled from a multiplexed counter.
     pub multiplexed: usize,
@@ -71,22 +74,35 @@ pub fn columns(frames: &[Frame]) -> Columns {
 /// One row of the report.
 #[derive(Clone, Debug, Serialize)]
 pub struct ReportRow {
+    /// Always [`REPORT_SCHEMA`].
     pub schema: &'static str,
+    /// The scope's text form (`cpu:0`, `pid:42`).
     pub scope: String,
+    /// The scope's label (a process's `comm`), if the recording has one.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub label: Option<String>,
+    /// The metric name.
     pub metric: String,
+    /// The unit of every value below (from the metric registry).
     pub unit: hwqos_core::Unit,
+    /// The number of samples summarized.
     pub count: usize,
+    /// Their mean.
     pub mean: f64,
+    /// Their median.
     pub median: f64,
+    /// Their 99th percentile.
     pub p99: f64,
+    /// The smallest sample.
     pub min: f64,
+    /// The largest sample.
     pub max: f64,
+    /// The sample standard deviation (0 for a single sample).
     pub stddev: f64,
     /// 95 % confidence interval of the mean (absent with fewer than two values).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub ci95_low: Option<f64>,
+    /// Upper bound of the same interval.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub ci95_high: Option<f64>,
     /// Share (0–1) of the values scaled from multiplexed counters.

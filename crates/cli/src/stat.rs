@@ -158,6 +158,8 @@ pub struct StatEvent {
     pub name: String,
     /// The metric it is counted as (absent only if resolution itself failed).
     pub metric: Option<MetricName>,
+    /// The resolved event to open; `None` when it cannot be counted here
+    /// (then `unavailable` says why).
     pub event: Option<Event>,
     /// Why this event is not counted on this node (perf's `<not supported>`).
     pub unavailable: Option<String>,
@@ -166,6 +168,7 @@ pub struct StatEvent {
 }
 
 impl StatEvent {
+    /// An event resolved and counted under its own name, in group 0.
     pub fn counted(event: Event) -> StatEvent {
         StatEvent {
             name: event.name.clone(),
@@ -176,6 +179,8 @@ impl StatEvent {
         }
     }
 
+    /// The unit of the event's values (from the metric registry; events when
+    /// unresolved).
     pub fn unit(&self) -> Unit {
         self.metric
             .as_ref()
@@ -259,13 +264,16 @@ fn ensure_some_counted(events: &[StatEvent]) -> Result<()> {
 /// What a scope counts: the tasks or CPUs whose counters are summed.
 #[derive(Clone, Debug)]
 pub struct ScopeTargets {
+    /// The scope the counts are reported for.
     pub scope: Scope,
+    /// The tasks or CPUs whose counters are summed into it.
     pub targets: Vec<CountTarget>,
 }
 
 /// The open counters: per scope, per counter group, one kernel group per task
 /// or CPU.
 pub struct CounterSet {
+    /// Every event as given, counted or not, in command-line order.
     pub events: Vec<StatEvent>,
     scopes: Vec<ScopeTargets>,
     /// The counted events of each counter group, in their order in the group.
@@ -277,6 +285,7 @@ pub struct CounterSet {
 /// One cumulative (or, after [`Reading::delta_since`], interval) count.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Reading {
+    /// The scope counted.
     pub scope: Scope,
     /// Index into [`CounterSet::events`].
     pub event: usize,
@@ -285,6 +294,8 @@ pub struct Reading {
 }
 
 impl Reading {
+    /// The interval count from an earlier cumulative reading of the same scope
+    /// and event to this one; unchanged when either is unavailable.
     pub fn delta_since(&self, earlier: &Reading) -> Reading {
         Reading {
             scope: self.scope.clone(),
@@ -387,6 +398,7 @@ impl CounterSet {
         self.groups.iter().flatten().flatten().copied()
     }
 
+    /// Starts every counter; errors name the failing operation.
     pub fn enable(&self, backend: &mut dyn CounterBackend) -> Result<()> {
         for g in self.all_groups() {
             backend.enable(g).context("enabling counters")?;
@@ -394,6 +406,7 @@ impl CounterSet {
         Ok(())
     }
 
+    /// Stops every counter (readings keep their values).
     pub fn disable(&self, backend: &mut dyn CounterBackend) -> Result<()> {
         for g in self.all_groups() {
             backend.disable(g).context("disabling counters")?;
@@ -401,12 +414,14 @@ impl CounterSet {
         Ok(())
     }
 
+    /// Closes every counter.
     pub fn close(self, backend: &mut dyn CounterBackend) {
         for g in self.all_groups() {
             backend.close(g);
         }
     }
 
+    /// The scopes counted, in the order readings are returned.
     pub fn scopes(&self) -> impl Iterator<Item = &Scope> {
         self.scopes.iter().map(|s| &s.scope)
     }
@@ -470,6 +485,7 @@ pub enum Format {
 /// One `hwqos stat --json-full` line.
 #[derive(Clone, Debug, Serialize)]
 pub struct StatLine {
+    /// Always [`STAT_SCHEMA`].
     pub schema: &'static str,
     /// The event name as given.
     pub event: String,
@@ -486,8 +502,10 @@ pub struct StatLine {
     /// The raw count before scaling.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub counter_value: Option<u64>,
+    /// Nanoseconds the counter was enabled (perf's `time_enabled`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub time_enabled: Option<u64>,
+    /// Nanoseconds the counter was on the PMU (perf's `time_running`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub time_running: Option<u64>,
     /// Share of the enabled time the counter ran, in percent.

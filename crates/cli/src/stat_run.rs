@@ -23,7 +23,9 @@ use std::time::{Duration, Instant};
 
 /// Everything `hwqos stat` needs from the node, injectable for tests.
 pub struct StatEnv<'a> {
+    /// The counter backend: perf on the node, the simulator in tests.
     pub backend: &'a mut dyn CounterBackend,
+    /// Resolves an event name to an encoding (see [`crate::node_resolver`]).
     pub resolve: &'a mut dyn FnMut(&str) -> Result<Event, PmuError>,
     /// Where the counts go: standard error, or the `-o` file.
     pub out: &'a mut dyn Write,

@@ -7,7 +7,7 @@
 //! gets utilization, interrupts and soft interrupts from `/proc/stat` and the
 //! same counters CPU-wide.
 //!
-//! On a terminal the view is interactive ([`tui`], ratatui on crossterm; the
+//! On a terminal the view is interactive (`tui`, ratatui on crossterm; the
 //! model in [`view`]): `q` quits, Tab switches between processes and CPUs,
 //! letters, `<` and `>` sort, `r` reverses, columns are dropped to fit the
 //! width. Otherwise (or with `--plain`) each update is printed as a plain

@@ -1,7 +1,8 @@
 //! The interactive view's model, free of any terminal: the two tables
 //! (processes, CPUs), their columns, sorting, which columns fit a width, the
-//! header and the IPC/CPI availability note. [`super::tui`] only draws what
-//! this module computes, so everything here is tested without a terminal.
+//! header and the IPC/CPI availability note. The private `tui` module only
+//! draws what this module computes, so everything here is tested without a
+//! terminal.
 
 use hwqos_core::{Frame, Scope};
 use std::cmp::Ordering;
@@ -10,11 +11,14 @@ use std::collections::HashMap;
 /// Which table is shown.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum View {
+    /// One row per process.
     Processes,
+    /// One row per CPU.
     Cpus,
 }
 
 impl View {
+    /// The other table (the key that switches views).
     pub fn toggled(self) -> View {
         match self {
             View::Processes => View::Cpus,
@@ -22,6 +26,7 @@ impl View {
         }
     }
 
+    /// The view's columns, left to right.
     pub fn columns(self) -> &'static [Column] {
         match self {
             View::Processes => PROCESS_COLUMNS,
@@ -29,6 +34,7 @@ impl View {
         }
     }
 
+    /// The view's name as the header shows it.
     pub fn name(self) -> &'static str {
         match self {
             View::Processes => "processes",
@@ -37,15 +43,19 @@ impl View {
     }
 }
 
+/// How a column's text is aligned in its cells.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Align {
+    /// Text columns (names).
     Left,
+    /// Number columns.
     Right,
 }
 
 /// One column of a table.
 #[derive(Clone, Copy, Debug)]
 pub struct Column {
+    /// The header text.
     pub title: &'static str,
     /// The key that sorts by this column.
     pub key: char,
@@ -54,6 +64,7 @@ pub struct Column {
     /// 0: always shown; otherwise the highest number is dropped first when
     /// the terminal is too narrow.
     pub drop_order: u8,
+    /// Where the text sits in the cell.
     pub align: Align,
     /// Sorted ascending when first chosen (identifiers and names); numbers
     /// are sorted largest first.
@@ -74,6 +85,7 @@ const fn num(title: &'static str, key: char, width: u16, drop_order: u8) -> Colu
     }
 }
 
+/// The columns of [`View::Processes`], left to right.
 pub const PROCESS_COLUMNS: &[Column] = &[
     Column {
         ascending_first: true,
@@ -94,6 +106,7 @@ pub const PROCESS_COLUMNS: &[Column] = &[
     num("CPI", 'k', 6, 2),
 ];
 
+/// The columns of [`View::Cpus`], left to right.
 pub const CPU_COLUMNS: &[Column] = &[
     Column {
         align: Align::Left,
@@ -115,10 +128,14 @@ pub const CPU_COLUMNS: &[Column] = &[
 /// One table cell: what is shown and what it sorts by.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Cell {
+    /// A number, sorted by `value` and shown as `text`.
     Number {
+        /// The value sorted by.
         value: f64,
+        /// The value as formatted for the column.
         text: String,
     },
+    /// Text (a command name), sorted as text.
     Text(String),
     /// No value this interval (`-`).
     Missing,
@@ -127,6 +144,7 @@ pub enum Cell {
 }
 
 impl Cell {
+    /// What the cell shows: the formatted number, the text, `-` or `n/a`.
     pub fn text(&self) -> &str {
         match self {
             Cell::Number { text, .. } => text,
@@ -151,14 +169,18 @@ impl Cell {
 /// sort) and one cell per column of its view.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Row {
+    /// The pid or CPU number.
     pub id: u32,
+    /// One cell per column of the view, in column order.
     pub cells: Vec<Cell>,
 }
 
 /// Which column a view is sorted by, and in which direction.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Sort {
+    /// Index into the view's [`View::columns`].
     pub column: usize,
+    /// Largest first.
     pub descending: bool,
 }
 
@@ -304,6 +326,7 @@ pub struct Values<'f> {
 }
 
 impl<'f> Values<'f> {
+    /// Indexes `frame`'s samples by scope and metric.
     pub fn new(frame: &'f Frame) -> Values<'f> {
         let by = frame
             .samples
@@ -313,6 +336,7 @@ impl<'f> Values<'f> {
         Values { frame, by }
     }
 
+    /// The value of `metric` about `scope` this frame; `None` if not sampled.
     pub fn get(&self, scope: &Scope, metric: &str) -> Option<f64> {
         self.by.get(&(scope, metric)).copied()
     }
@@ -341,6 +365,7 @@ impl<'f> Values<'f> {
         }
     }
 
+    /// The frame indexed.
     pub fn frame(&self) -> &'f Frame {
         self.frame
     }
@@ -462,13 +487,19 @@ pub fn system_line(v: &Values<'_>, processes: usize) -> String {
 /// What the node counts with, for the header.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum CounterKind {
+    /// Only PMU hardware events.
     Hardware,
+    /// Only kernel software events (a VM without a PMU).
     Software,
+    /// Both.
     Mixed,
+    /// No counters: procfs metrics only.
     None,
 }
 
 impl CounterKind {
+    /// The header's wording: `hardware`, `software`, `hardware + software` or
+    /// `none (procfs only)`.
     pub fn describe(self) -> &'static str {
         match self {
             CounterKind::Hardware => "hardware",
