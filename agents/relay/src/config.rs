@@ -93,6 +93,10 @@ pub struct Config {
     /// Decompressed bytes per second each peer address may deliver beyond
     /// `free_expansion_ratio` (0: unlimited).
     pub peer_expansion_bytes_per_s: u64,
+    /// The monitor's live API socket the throttle reads CPU utilization
+    /// from while `hwqos-monitor` runs (falling back to `/proc/stat` when it
+    /// does not); empty: always `/proc/stat`.
+    pub monitor_socket: String,
     pub metrics: MetricsConfig,
 }
 
@@ -121,75 +125,50 @@ impl Default for Config {
             idle_timeout_ms: 600_000,
             free_expansion_ratio: 16.0,
             peer_expansion_bytes_per_s: 64 << 20,
+            monitor_socket: DEFAULT_MONITOR_SOCKET.into(),
             metrics: MetricsConfig::default(),
         }
     }
 }
 
-/// A configuration problem, naming the file and the key.
-#[derive(Debug, thiserror::Error)]
-pub enum ConfigError {
-    #[error("{path}: cannot read: {source}")]
-    Read {
-        path: PathBuf,
-        source: std::io::Error,
-    },
-    #[error("{path}: {message}")]
-    Parse { path: PathBuf, message: String },
-    #[error("{path}: key `{key}`: {message}")]
-    Invalid {
-        path: PathBuf,
-        key: &'static str,
-        message: String,
-    },
-}
+/// A configuration problem: the file, the line, the key and what was
+/// expected (the one form every hwqos agent prints).
+pub use hwqos_agent::lifecycle::ConfigError;
+
+/// Default of `monitor_socket`: the monitor's live API socket.
+pub const DEFAULT_MONITOR_SOCKET: &str = "/run/hwqos/monitor.sock";
 
 impl Config {
     /// Reads and validates a file: a regular file of at most 1 MiB (a FIFO
     /// or a device is refused without blocking or reading it); a `psk_file`
     /// is resolved against the file's directory and checked too.
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
-        let text = hwqos_agent::read_config_file(path, hwqos_agent::MAX_CONFIG_BYTES).map_err(
-            |source| ConfigError::Read {
-                path: path.to_path_buf(),
-                source,
-            },
-        )?;
-        let mut c = Config::parse(&text, path)?;
+        let (mut c, text): (Config, String) = hwqos_agent::lifecycle::load_toml(path)?;
+        c.validate(path, &text)?;
         if !c.psk_file.is_empty() {
             let key = Path::new(&c.psk_file);
             if key.is_relative() {
                 let dir = path.parent().unwrap_or(Path::new("."));
                 c.psk_file = dir.join(key).to_string_lossy().into_owned();
             }
-            crate::auth::Psk::load(Path::new(&c.psk_file)).map_err(|message| {
-                ConfigError::Invalid {
-                    path: path.to_path_buf(),
-                    key: "psk_file",
-                    message,
-                }
-            })?;
+            crate::auth::Psk::load(Path::new(&c.psk_file))
+                .map_err(|message| ConfigError::invalid(path, &text, "psk_file", message))?;
         }
         Ok(c)
     }
 
     /// Parses and validates text; `path` is used in messages.
     pub fn parse(text: &str, path: &Path) -> Result<Config, ConfigError> {
-        let c: Config = toml::from_str(text).map_err(|e| ConfigError::Parse {
-            path: path.to_path_buf(),
-            message: e.to_string().trim_end().to_string(),
-        })?;
-        c.validate(path)?;
+        let c: Config = toml::from_str(text).map_err(|e| ConfigError::from_toml(path, text, &e))?;
+        c.validate(path, text)?;
         Ok(c)
     }
 
-    pub fn validate(&self, path: &Path) -> Result<(), ConfigError> {
-        let bad = |key, message: String| ConfigError::Invalid {
-            path: path.to_path_buf(),
-            key,
-            message,
-        };
-        let addr = |key, v: &str| {
+    /// Checks every value; `text` (the file's contents) locates the line of
+    /// a bad key.
+    pub fn validate(&self, path: &Path, text: &str) -> Result<(), ConfigError> {
+        let bad = |key: &str, message: String| ConfigError::invalid(path, text, key, message);
+        let addr = |key: &str, v: &str| {
             let a = v
                 .parse::<SocketAddr>()
                 .map_err(|e| bad(key, format!("`{v}` is not an IP:port address ({e})")))?;
@@ -319,7 +298,21 @@ impl Config {
                 ),
             ));
         }
+        if !self.monitor_socket.is_empty() && !Path::new(&self.monitor_socket).is_absolute() {
+            return Err(bad(
+                "monitor_socket",
+                format!(
+                    "expected an absolute path or \"\" (off), found `{}`",
+                    self.monitor_socket
+                ),
+            ));
+        }
         Ok(())
+    }
+
+    /// The monitor socket the throttle tries first (`None`: off).
+    pub fn monitor_socket(&self) -> Option<PathBuf> {
+        (!self.monitor_socket.is_empty()).then(|| PathBuf::from(&self.monitor_socket))
     }
 
     /// The codec registry this config allows.
@@ -476,6 +469,29 @@ mod tests {
         std::fs::write(&big, vec![b'#'; 2 << 20]).unwrap();
         let e = Config::load(&big).unwrap_err().to_string();
         assert!(e.contains("big.toml") && e.contains("larger than"), "{e}");
+    }
+
+    #[test]
+    fn errors_name_file_line_key_and_what_was_expected() {
+        let text = "policy = \"adaptive\"\n\ncpu_target = 1.5\n";
+        let e = Config::parse(text, Path::new("/etc/hwqos/relay.toml")).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "/etc/hwqos/relay.toml:3: key `cpu_target`: 1.5 is not in [0, 1] (0 turns the throttle off)"
+        );
+        let e =
+            Config::parse("monitor_socket = \"monitor.sock\"", Path::new("r.toml")).unwrap_err();
+        assert!(
+            e.to_string()
+                .starts_with("r.toml:1: key `monitor_socket`: expected an absolute path"),
+            "{e}"
+        );
+        let c = Config::parse("monitor_socket = \"\"", Path::new("r.toml")).unwrap();
+        assert_eq!(c.monitor_socket(), None);
+        assert_eq!(
+            Config::default().monitor_socket().as_deref(),
+            Some(Path::new(DEFAULT_MONITOR_SOCKET))
+        );
     }
 
     #[test]

@@ -5,6 +5,8 @@
 //! - [`cli`]: the command line (clap), shared with the man-page generator;
 //! - [`config`]: the TOML configuration and its validation;
 //! - [`auth`]: the link side's pre-shared-key handshake;
+//! - [`cpu_source`]: the throttle's CPU utilization — the monitor's live API
+//!   while `hwqos-monitor` runs, `/proc/stat` otherwise;
 //! - [`limits`]: per-peer expansion budgets and aggregated warnings;
 //! - [`service`]: accept loop, per-connection pumps, reload, drain;
 //! - [`metrics`]: statistics and the OpenMetrics exposition.
@@ -12,6 +14,7 @@
 pub mod auth;
 pub mod cli;
 pub mod config;
+pub mod cpu_source;
 pub mod limits;
 pub mod metrics;
 pub mod service;

@@ -1,58 +1,45 @@
-//! `hwqos-relay`: command-line and service-manager glue around
-//! [`hwqos_relay::service`]. Exit codes: 0 success (SIGTERM included), 1
-//! runtime failure, 2 configuration error.
+//! `hwqos-relay`: glue between the command line, the agent lifecycle
+//! ([`hwqos_agent::lifecycle`]: exit statuses, located configuration errors,
+//! sd_notify, the watchdog) and [`hwqos_relay::service`].
 
+use anyhow::Context;
 use clap::Parser;
+use hwqos_agent::lifecycle::{self, Heartbeat, ServiceManager};
 use hwqos_relay::cli::Cli;
-use hwqos_relay::{Config, ConfigError};
-use std::path::PathBuf;
+use hwqos_relay::{Config, Running};
+use std::path::Path;
 use std::process::ExitCode;
+use std::time::Duration;
 
 fn main() -> ExitCode {
     hwqos_agent::init_logging();
-    let cli = Cli::parse();
-    let config = match Config::load(&cli.config) {
-        Ok(c) => c,
-        Err(e) => {
-            eprintln!("hwqos-relay: {e}");
-            return ExitCode::from(2);
-        }
-    };
+    lifecycle::finish("hwqos-relay", run(Cli::parse()))
+}
+
+fn run(cli: Cli) -> anyhow::Result<()> {
+    let config = Config::load(&cli.config)?;
     if cli.check_config {
         println!("{}: ok", cli.config.display());
-        return ExitCode::SUCCESS;
+        return Ok(());
     }
-    let rt = match tokio::runtime::Builder::new_multi_thread()
+    let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
-    {
-        Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("hwqos-relay: cannot start the runtime: {e}");
-            return ExitCode::from(1);
-        }
-    };
-    match rt.block_on(run(cli.config, config)) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("hwqos-relay: {e:#}");
-            ExitCode::from(1)
-        }
-    }
+        .context("cannot start the runtime")?;
+    rt.block_on(serve(&cli.config, config))
 }
 
-fn notify(state: &[sd_notify::NotifyState]) {
-    if let Err(e) = sd_notify::notify(state) {
-        tracing::debug!("sd_notify: {e}");
-    }
-}
+/// How often the work loop passes when no signal comes and no watchdog
+/// asks for more (each pass checks the accept loop and feeds the watchdog).
+const IDLE_PASS: Duration = Duration::from_secs(1);
 
-async fn run(path: PathBuf, config: Config) -> anyhow::Result<()> {
+async fn serve(path: &Path, config: Config) -> anyhow::Result<()> {
     use tokio::signal::unix::{signal, SignalKind};
     let mut hup = signal(SignalKind::hangup())?;
     let mut term = signal(SignalKind::terminate())?;
     let mut int = signal(SignalKind::interrupt())?;
+    let manager = ServiceManager::from_env();
     let running = hwqos_relay::start(config).await?;
     tracing::info!(
         listen = %running.listen_addr,
@@ -64,36 +51,62 @@ async fn run(path: PathBuf, config: Config) -> anyhow::Result<()> {
     if let Some(m) = running.metrics_addr {
         eprintln!("metrics on {m}");
     }
-    notify(&[sd_notify::NotifyState::Ready]);
-    let watchdog = sd_notify::watchdog_enabled().map(|d| {
-        tokio::spawn(async move {
-            let mut t = tokio::time::interval(d / 2);
-            loop {
-                t.tick().await;
-                notify(&[sd_notify::NotifyState::Watchdog]);
-            }
-        })
-    });
-    loop {
-        tokio::select! {
-            _ = hup.recv() => match Config::load(&path) {
-                Ok(c) => running.reload(c),
-                Err(e @ (ConfigError::Read { .. } | ConfigError::Parse { .. } | ConfigError::Invalid { .. })) => {
-                    tracing::error!("reload rejected, keeping the running configuration: {e}");
-                }
-            },
-            _ = term.recv() => break,
-            _ = int.recv() => break,
-        }
-    }
-    notify(&[sd_notify::NotifyState::Stopping]);
+    manager.ready(&format!("relaying on {}", running.listen_addr));
+    let mut heartbeat = manager.heartbeat();
+    let result = work_loop(
+        path,
+        &running,
+        &manager,
+        &mut heartbeat,
+        (&mut hup, &mut term, &mut int),
+    )
+    .await;
+    manager.stopping();
     tracing::info!(
         open = running.open_connections(),
         "stopping: draining connections"
     );
     running.shutdown().await;
-    if let Some(w) = watchdog {
-        w.abort();
+    result
+}
+
+type Signals<'a> = (
+    &'a mut tokio::signal::unix::Signal,
+    &'a mut tokio::signal::unix::Signal,
+    &'a mut tokio::signal::unix::Signal,
+);
+
+/// The relay's work loop on the runtime: reloads on SIGHUP, ends on
+/// SIGTERM/SIGINT, and on every pass checks that the accept loop still runs
+/// before it feeds the watchdog. A stuck runtime or a dead accept loop stops
+/// the pings; nothing else pings.
+async fn work_loop(
+    path: &Path,
+    running: &Running,
+    manager: &ServiceManager,
+    heartbeat: &mut Heartbeat,
+    (hup, term, int): Signals<'_>,
+) -> anyhow::Result<()> {
+    let pass = heartbeat.max_block().unwrap_or(IDLE_PASS).min(IDLE_PASS);
+    let mut tick = tokio::time::interval(pass);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        if !running.is_accepting() {
+            anyhow::bail!("the accept loop ended unexpectedly");
+        }
+        heartbeat.beat();
+        tokio::select! {
+            _ = hup.recv() => {
+                manager.reloading();
+                match Config::load(path) {
+                    Ok(c) => running.reload(c),
+                    Err(e) => tracing::error!("reload rejected, keeping the running configuration: {e}"),
+                }
+                manager.ready(&format!("relaying on {}", running.listen_addr));
+            }
+            _ = term.recv() => return Ok(()),
+            _ = int.recv() => return Ok(()),
+            _ = tick.tick() => {}
+        }
     }
-    Ok(())
 }

@@ -24,6 +24,8 @@ pub struct RelayStats {
     pub refused: AtomicU64,
     pub failed: AtomicU64,
     pub reloads: AtomicU64,
+    /// Where the throttle read CPU utilization last (monitor or /proc).
+    pub throttle_source: crate::cpu_source::SourceCell,
     next_id: AtomicU64,
 }
 
@@ -125,6 +127,7 @@ impl RelayStats {
                 .then(|| live.iter().map(|s| s.spent_ns as f64 * 1e-9).sum()),
             cpu_share: mean(&|s| s.cpu_share),
             cpu_utilization: mean(&|s| s.cpu_utilization),
+            throttle_source: self.throttle_source.get().as_str(),
             chosen,
         };
         hwqos_agent::render_exposition("hwqos_relay", exposition)
@@ -141,6 +144,11 @@ struct InfoLabels {
 #[derive(EncodeLabelSet)]
 struct DirectionLabels {
     direction: &'static str,
+}
+
+#[derive(EncodeLabelSet)]
+struct SourceLabels {
+    source: &'static str,
 }
 
 #[derive(EncodeLabelSet)]
@@ -167,6 +175,8 @@ struct Exposition {
     spent_s: Option<f64>,
     cpu_share: Option<f64>,
     cpu_utilization: Option<f64>,
+    /// Where the throttle read CPU utilization last.
+    throttle_source: &'static str,
     /// Live connections per codec their policy prefers.
     chosen: BTreeMap<String, u32>,
 }
@@ -294,12 +304,24 @@ impl Collector for Exposition {
             ),
             (
                 "cpu_utilization_ratio",
-                "CPU utilization the throttle last read (/proc/stat or the cgroup, per cpu_aggregate).",
+                "CPU utilization the throttle last read (the monitor, /proc/stat or the cgroup; see throttle_source_info).",
                 self.cpu_utilization,
             ),
         ] {
             encode_gauge(&mut encoder, name, help, None, v)?;
         }
+        encode_gauge_family(
+            &mut encoder,
+            "throttle_source_info",
+            "Where the throttle read CPU utilization last: monitor (hwqos-monitor's live API), procfs (/proc/stat), cgroup, or none (no reading yet, or no throttle).",
+            None,
+            [(
+                SourceLabels {
+                    source: self.throttle_source,
+                },
+                1u32,
+            )],
+        )?;
         encode_gauge_family(
             &mut encoder,
             "chosen_codec",

@@ -4,6 +4,7 @@
 
 use crate::auth::{self, Psk, Role};
 use crate::config::{Config, Mode};
+use crate::cpu_source::throttle_load;
 use crate::limits::{Aggregated, CountingReader, Expansion, PeerBudgets};
 use crate::metrics::{Labels, RelayStats};
 use anyhow::Context;
@@ -43,6 +44,19 @@ impl Shared {
             .read()
             .unwrap_or_else(|e| e.into_inner())
             .clone()
+    }
+
+    /// The process's one throttle for `config` (`None`: off), reading the
+    /// monitor's live API or `/proc/stat` (see [`crate::cpu_source`]).
+    fn new_throttle(&self, config: &Config) -> Option<SharedThrottle> {
+        let t = config.stream_config().throttle?;
+        let socket = config.monitor_socket();
+        let load = throttle_load(
+            t.cpu_aggregate,
+            socket.as_deref(),
+            &self.stats.throttle_source,
+        );
+        Some(SharedThrottle::with_cpu_load(t, load))
     }
 
     fn render(&self) -> String {
@@ -91,12 +105,13 @@ pub async fn start(config: Config) -> anyhow::Result<Running> {
         config: RwLock::new(config.clone()),
         registry,
         stats: RelayStats::default(),
-        throttle: RwLock::new(config.stream_config().throttle.map(SharedThrottle::new)),
+        throttle: RwLock::new(None),
         psk,
         budgets: Arc::default(),
         refused_log: Aggregated::new(WARN_INTERVAL, 1),
         failed_log: Aggregated::new(WARN_INTERVAL, 5),
     });
+    *shared.throttle.write().unwrap_or_else(|e| e.into_inner()) = shared.new_throttle(&config);
     let (metrics_addr, metrics_task) = if config.metrics.listen.is_empty() {
         (None, None)
     } else {
@@ -151,7 +166,7 @@ impl Running {
             match (new.stream_config().throttle, t.as_ref()) {
                 // Same controller, new target: the integral is kept.
                 (Some(_), Some(existing)) => existing.set_target(new.cpu_target),
-                (config, _) => *t = config.map(SharedThrottle::new),
+                _ => *t = self.shared.new_throttle(&new),
             }
             t.clone()
         };
@@ -168,6 +183,11 @@ impl Running {
     /// The `/metrics` text.
     pub fn metrics_text(&self) -> String {
         self.shared.render()
+    }
+
+    /// The accept loop is still running (it ends only at shutdown).
+    pub fn is_accepting(&self) -> bool {
+        !self.accept_task.is_finished()
     }
 
     /// Connections accepted and not yet closed (handshaking ones included).
@@ -213,6 +233,9 @@ fn restart_only_changes(a: &Config, b: &Config) -> Vec<&'static str> {
     }
     if a.psk_file != b.psk_file {
         v.push("psk_file");
+    }
+    if a.monitor_socket != b.monitor_socket {
+        v.push("monitor_socket");
     }
     if a.free_expansion_ratio != b.free_expansion_ratio {
         v.push("free_expansion_ratio");
