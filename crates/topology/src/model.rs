@@ -161,24 +161,8 @@ impl HardwareModel {
             path: path.to_path_buf(),
             source,
         };
-        let dir = match path.parent() {
-            Some(d) if !d.as_os_str().is_empty() => d,
-            _ => Path::new("."),
-        };
-        let mut tmp = tempfile::Builder::new()
-            .prefix(".hwmodel-")
-            .tempfile_in(dir)
-            .map_err(werr)?;
-        use std::io::Write;
-        use std::os::unix::fs::PermissionsExt;
-        // Not secret, and read by agents running as other users (tempfile
-        // creates 0600).
-        tmp.as_file()
-            .set_permissions(std::fs::Permissions::from_mode(0o644))
-            .map_err(werr)?;
-        tmp.write_all(self.to_json().as_bytes()).map_err(werr)?;
-        tmp.as_file().sync_all().map_err(werr)?;
-        tmp.persist(path).map_err(|e| werr(e.error))?;
+        // Not secret, and read by agents running as other users.
+        hwqos_core::fs::write_atomic(path, self.to_json().as_bytes(), 0o644).map_err(werr)?;
         Ok(())
     }
 
@@ -188,14 +172,17 @@ impl HardwareModel {
             path: path.to_path_buf(),
             source,
         };
-        let meta = std::fs::metadata(path).map_err(rerr)?;
-        if meta.len() > MAX_MODEL_BYTES {
-            return Err(ModelError::TooLarge {
-                path: path.to_path_buf(),
-                bytes: meta.len(),
-            });
-        }
-        let bytes = std::fs::read(path).map_err(rerr)?;
+        // Regular files only, bounded, never blocking on a FIFO.
+        let bytes = match hwqos_core::fs::read_file_bounded(path, MAX_MODEL_BYTES) {
+            Err(e) if e.kind() == std::io::ErrorKind::InvalidData => {
+                let bytes = std::fs::metadata(path).map(|m| m.len()).unwrap_or(0);
+                return Err(ModelError::TooLarge {
+                    path: path.to_path_buf(),
+                    bytes,
+                });
+            }
+            r => r.map_err(rerr)?,
+        };
         HardwareModel::from_slice(&bytes, path)
     }
 

@@ -77,9 +77,16 @@ fn save_and_load_round_trip_atomically() {
     assert_eq!(back, m);
     assert_eq!(back.schema, SCHEMA);
     assert_eq!(back.topology.cache_domains(3).len(), 2);
-    // Saving into a missing directory fails naming the file.
-    let e = m.save(&d.path().join("no/such/dir/node.json")).unwrap_err();
-    assert!(e.to_string().contains("no/such/dir/node.json"), "{e}");
+    // A missing directory is created (hwqos_core::fs::write_atomic) ...
+    m.save(&d.path().join("new/dir/node.json")).unwrap();
+    assert_eq!(
+        HardwareModel::load(&d.path().join("new/dir/node.json")).unwrap(),
+        m
+    );
+    // ... and a save that cannot happen (a file where a directory must be)
+    // fails naming the file.
+    let e = m.save(&path.join("node.json")).unwrap_err();
+    assert!(e.to_string().contains("node.json/node.json"), "{e}");
 }
 
 fn load_text(text: &str) -> (PathBuf, ModelError, tempfile::TempDir) {
@@ -274,4 +281,16 @@ fn os_inventory_from_a_tree() {
     assert_eq!(inv.sysctls["kernel.sched_rt_runtime_us"], "950000");
     assert_eq!(inv.sysctls["debug.sched.base_slice_ns"], "3000000");
     assert_eq!(inv.clocksource, None);
+}
+
+#[test]
+fn a_fifo_is_refused_without_blocking() {
+    let d = tempfile::tempdir().unwrap();
+    let path = d.path().join("model.fifo");
+    nix::unistd::mkfifo(&path, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+    // Before, the size check passed (a FIFO has length 0) and the read
+    // blocked forever waiting for a writer.
+    let e = HardwareModel::load(&path).unwrap_err();
+    assert!(matches!(e, ModelError::Read { .. }), "{e}");
+    assert!(e.to_string().contains("not a regular file"), "{e}");
 }
