@@ -99,16 +99,24 @@ const LABEL_ACCEPTOR: &[u8] = b"hwqos-relay psk1 acceptor";
 /// Why the handshake failed.
 #[derive(Debug, thiserror::Error)]
 pub enum AuthError {
+    /// Reading from or writing to the connection failed.
     #[error("pre-shared-key handshake: {0}")]
     Io(#[from] std::io::Error),
+    /// The peer closed the connection during the handshake; the text says
+    /// at which step (typically a peer without `psk_file` or with another key).
     #[error("pre-shared-key handshake: the peer closed the connection{0} (is `psk_file` set on both relays, with the same key?)")]
     Closed(&'static str),
+    /// The peer's first bytes are not the handshake's greeting (a peer
+    /// without `psk_file`).
     #[error(
         "pre-shared-key handshake: the peer did not start it (is `psk_file` set on both relays?)"
     )]
     NotPsk,
+    /// The peer's proof of the key does not match (the relays hold different
+    /// keys), or our own greeting came back reflected.
     #[error("pre-shared-key handshake: the peer's proof does not match (the relays hold different keys)")]
     BadKey,
+    /// The operating system's random source gave no nonce.
     #[error("pre-shared-key handshake: no random nonce: {0}")]
     Random(String),
 }

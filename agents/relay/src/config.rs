@@ -16,8 +16,9 @@ pub const MAX_CONNECTIONS: usize = 65_536;
 pub const MAX_TIMEOUT_MS: u64 = 86_400_000;
 /// Upper bound of `handshake_timeout_ms` (5 minutes).
 pub const MAX_HANDSHAKE_TIMEOUT_MS: u64 = 300_000;
-/// Bounds of a non-zero `peer_expansion_bytes_per_s`.
+/// Lower bound of a non-zero `peer_expansion_bytes_per_s` (64 KiB/s).
 pub const MIN_EXPANSION_BUDGET: u64 = 64 * 1024;
+/// Upper bound of `peer_expansion_bytes_per_s` (2^40 bytes/s).
 pub const MAX_EXPANSION_BUDGET: u64 = 1 << 40;
 
 /// Which end of the link this relay is.
@@ -52,14 +53,23 @@ impl Default for MetricsConfig {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct Config {
+    /// Which end of the link this relay is (default `compress`).
     pub mode: Mode,
+    /// Address (IP:port) connections are accepted on; a non-loopback one
+    /// needs `allow_non_loopback` (default `127.0.0.1:7400`).
     pub listen: String,
+    /// Address (IP:port) each accepted connection is carried to: the peer
+    /// relay in `compress` mode, the real server in `decompress` mode
+    /// (default `127.0.0.1:7401`).
     pub connect: String,
+    /// Codec selection: `adaptive` (default), `majority`, `round-robin` or
+    /// `one:<codec>`; reloaded on SIGHUP.
     pub policy: PolicyKind,
     /// Target CPU utilization (0, 1] for the throttle; 0 turns the throttle off.
     pub cpu_target: f64,
     /// How per-CPU utilizations combine: "mean" (the node), "max" (the
-    /// busiest CPU) or "affinity" (mean over the CPUs the relay may run on).
+    /// busiest CPU), "affinity" (mean over the CPUs the relay may run on) or
+    /// "cgroup" (the relay's cgroup usage against its CPU limit).
     pub cpu_aggregate: hwqos_compress::CpuAggregate,
     /// Codecs offered and used (empty: all built-in).
     pub codecs: Vec<String>,
@@ -68,9 +78,17 @@ pub struct Config {
     /// Largest chunk read from the plain side as one message (1 ..= 1 MiB,
     /// at most `max_message`).
     pub chunk_bytes: u64,
+    /// Append a CRC-32 of every message to its header (default off; both
+    /// ends honour a request).
     pub checksum: bool,
+    /// Messages per round: the policy and the compression budget are
+    /// re-evaluated at every round boundary (at least 1, default 100).
     pub round_messages: u32,
+    /// A round-trip probe every this many messages (0: none; default 16).
     pub probe_every: u32,
+    /// Starting padding in bytes of the padded probes that measure the
+    /// link's per-byte cost; it then adapts to the link (at most 60000,
+    /// default 2048).
     pub probe_pad: u32,
     /// Known one-way link cost in ns per byte (0: measure with probes).
     pub link_ns_per_byte: f64,
@@ -97,6 +115,7 @@ pub struct Config {
     /// from while `hwqos-monitor` runs (falling back to `/proc/stat` when it
     /// does not); empty: always `/proc/stat`.
     pub monitor_socket: String,
+    /// The `[metrics]` table: the OpenMetrics endpoint.
     pub metrics: MetricsConfig,
 }
 

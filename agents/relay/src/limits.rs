@@ -85,12 +85,14 @@ impl PeerBudgets {
         lock(&self.map).len()
     }
 
+    /// No peer has a bucket now (no link connection is open).
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
 }
 
 impl PeerBudget {
+    /// The peer's bucket, shared with its other connections.
     pub fn bucket(&self) -> &Bucket {
         self.bucket.as_ref().expect("present until drop")
     }
@@ -110,13 +112,19 @@ impl Drop for PeerBudget {
 /// `free_ratio` decompressed bytes per link byte read, the rest from the
 /// peer's bucket.
 pub struct Expansion {
+    /// The peer's bucket that pays for expansion beyond the free ratio.
     pub budget: PeerBudget,
+    /// Decompressed bytes each link byte read lets through without charge
+    /// (`free_expansion_ratio`).
     pub free_ratio: f64,
+    /// Link bytes read on this connection so far (fed by a
+    /// [`CountingReader`]).
     pub link_in: Arc<AtomicU64>,
     seen: u64,
 }
 
 impl Expansion {
+    /// A budget that has seen no link bytes yet.
     pub fn new(budget: PeerBudget, free_ratio: f64, link_in: Arc<AtomicU64>) -> Self {
         Expansion {
             budget,
@@ -147,6 +155,7 @@ pub struct CountingReader<R> {
 }
 
 impl<R> CountingReader<R> {
+    /// Wraps `inner`; every byte read is added to `count`.
     pub fn new(inner: R, count: Arc<AtomicU64>) -> Self {
         CountingReader { inner, count }
     }
@@ -176,6 +185,8 @@ pub struct Aggregated {
 }
 
 impl Aggregated {
+    /// Logs at most `burst` occurrences per `interval`; the first interval
+    /// starts now.
     pub fn new(interval: Duration, burst: u64) -> Self {
         Aggregated {
             interval,
@@ -213,6 +224,7 @@ impl Aggregated {
         (n > 0).then_some((n, elapsed))
     }
 
+    /// The aggregation interval.
     pub fn interval(&self) -> Duration {
         self.interval
     }

@@ -18,11 +18,15 @@ use std::sync::Mutex;
 pub struct RelayStats {
     live: Mutex<BTreeMap<u64, StreamHandle>>,
     closed: Mutex<Totals>,
+    /// Connections accepted since start.
     pub accepted: AtomicU64,
     /// Accepted connections not yet closed (handshaking ones included).
     pub open: AtomicU64,
+    /// Connections refused since start because `max_connections` were open.
     pub refused: AtomicU64,
+    /// Connections that ended with an error since start.
     pub failed: AtomicU64,
+    /// Configuration reloads (SIGHUP) applied since start.
     pub reloads: AtomicU64,
     /// Where the throttle read CPU utilization last (monitor or /proc).
     pub throttle_source: crate::cpu_source::SourceCell,
@@ -60,8 +64,11 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 
 /// What a scrape shows besides the streams.
 pub struct Labels<'a> {
+    /// The relay's mode (`compress` or `decompress`), a label of the info family.
     pub mode: &'a str,
+    /// The configured codec policy, a label of the info family.
     pub policy: &'a str,
+    /// The configured throttle target (0: throttle off).
     pub cpu_target: f64,
 }
 
@@ -85,6 +92,7 @@ impl RelayStats {
         lock(&self.live).values().cloned().collect()
     }
 
+    /// Number of live link streams.
     pub fn live_count(&self) -> usize {
         lock(&self.live).len()
     }
