@@ -15,11 +15,10 @@ use hwqos_core::recording::{
 };
 use hwqos_core::ticker::Ticker;
 use hwqos_core::{Frame, Timestamp};
-use hwqos_pmu::backend::perf::PerfBackend;
-use hwqos_pmu::backend::{BackendKind, CounterBackend};
+use hwqos_pmu::backend::BackendKind;
 use hwqos_pmu::catalog::Catalog;
 use hwqos_pmu::sampler::{Sampler, SamplerConfig};
-use hwqos_pmu::target::{Resolver, TargetSelector};
+use hwqos_pmu::target::TargetSelector;
 use std::io::{BufWriter, Write};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
@@ -56,26 +55,17 @@ pub fn parse_event_sets(spec: &str) -> Result<Vec<Vec<String>>> {
 
 /// Whether the events that will be counted are hardware, software, both or none.
 pub fn counter_class(sets: &[Vec<String>], catalog: &Catalog) -> CounterClass {
-    let (mut hw, mut sw) = (false, false);
-    for name in sets.iter().flatten() {
-        if let Ok(ev) = catalog.resolve(name) {
-            match ev.metric.family() {
-                "hw" => hw = true,
-                "sw" => sw = true,
-                _ => {}
-            }
-        }
-    }
-    match (hw, sw) {
-        (true, true) => CounterClass::Mixed,
-        (true, false) => CounterClass::Hardware,
-        (false, true) => CounterClass::Software,
-        (false, false) => CounterClass::None,
-    }
+    let metrics: Vec<_> = sets
+        .iter()
+        .flatten()
+        .filter_map(|name| catalog.resolve(name).ok())
+        .map(|ev| ev.metric)
+        .collect();
+    CounterClass::of_families(metrics.iter().map(|m| m.family()))
 }
 
-/// The rest of the monitor engine's inputs for a record or top session.
-pub struct Engine {
+/// A record or top session's sampler with the catalog that resolved its events.
+pub struct NodeSampler {
     /// The sampler set up for the session's targets and event sets.
     pub sampler: Sampler,
     /// This node's event catalog, which resolved the events.
@@ -84,11 +74,9 @@ pub struct Engine {
 
 /// Builds a sampler on the real perf backend. Unknown events and bad rates are
 /// usage errors (exit 2).
-pub fn engine(cfg: SamplerConfig) -> Result<Engine> {
+pub fn node_sampler(cfg: SamplerConfig) -> Result<NodeSampler> {
     let catalog = Catalog::for_this_node();
-    let backend: Box<dyn CounterBackend> = Box::new(PerfBackend::for_this_node());
-    let resolver = Resolver::for_this_node().excluding_pid(Some(std::process::id()));
-    let sampler = Sampler::new(cfg, &catalog, backend, resolver).context("setting up sampling")?;
+    let sampler = Sampler::for_this_node(cfg).context("setting up sampling")?;
     // One line per cause: events refused for the same reason are named together.
     let mut by_reason: Vec<(String, Vec<String>)> = Vec::new();
     for u in sampler.unavailable() {
@@ -100,7 +88,7 @@ pub fn engine(cfg: SamplerConfig) -> Result<Engine> {
     for (reason, names) in by_reason {
         eprintln!("hwqos: <not supported>: {}: {reason}", names.join(", "));
     }
-    Ok(Engine { sampler, catalog })
+    Ok(NodeSampler { sampler, catalog })
 }
 
 /// Runs `hwqos record`; returns the exit code (the command's own for `-- CMD`).
@@ -159,10 +147,10 @@ pub fn run(args: &RecordArgs) -> Result<u8> {
         rescan_every: 1,
         ..SamplerConfig::default()
     };
-    let Engine {
+    let NodeSampler {
         mut sampler,
         catalog,
-    } = engine(cfg)?;
+    } = node_sampler(cfg)?;
     if !t.pids.is_empty() && sampler.targets().is_empty() {
         return Err(usage(format!("-p: no process with pid {:?}", t.pids)));
     }

@@ -18,7 +18,7 @@ pub mod view;
 
 use crate::args::TopArgs;
 use crate::error::usage;
-use crate::record::{engine, parse_event_sets};
+use crate::record::{node_sampler, parse_event_sets};
 use anyhow::{Context, Result};
 use hwqos_core::ticker::Ticker;
 use hwqos_core::{Frame, Scope, Timestamp};
@@ -236,11 +236,11 @@ pub fn run(args: &TopArgs, out: &mut dyn Write) -> Result<()> {
         rescan_every: 1,
         ..SamplerConfig::default()
     };
-    let engine = engine(cfg)?;
-    let mut sampler = engine.sampler;
+    let session = node_sampler(cfg)?;
+    let mut sampler = session.sampler;
     crate::child::catch_interrupts()?;
     if !args.plain && std::io::stdout().is_terminal() {
-        let header = header(&sampler, &engine.catalog, args);
+        let header = header(&sampler, &session.catalog, args);
         return tui::run(&mut sampler, &header, args.iterations, out);
     }
     sampler.sample(Timestamp::now());

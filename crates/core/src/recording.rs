@@ -65,9 +65,21 @@ impl CounterClass {
     /// Classifies by the families of the metrics in `frames` (`hw.*` are hardware,
     /// `sw.*` software).
     pub fn of<'a>(frames: impl IntoIterator<Item = &'a Frame>) -> CounterClass {
+        CounterClass::of_families(
+            frames
+                .into_iter()
+                .flat_map(|f| &f.samples)
+                .map(|s| s.metric.family()),
+        )
+    }
+
+    /// Classifies by metric families (`hw` hardware, `sw` software, others
+    /// neither): the one classification behind [`CounterClass::of`] and the
+    /// CLI's, which classifies the events it is about to open.
+    pub fn of_families<'a>(families: impl IntoIterator<Item = &'a str>) -> CounterClass {
         let (mut hw, mut sw) = (false, false);
-        for s in frames.into_iter().flat_map(|f| &f.samples) {
-            match s.metric.family() {
+        for family in families {
+            match family {
                 "hw" => hw = true,
                 "sw" => sw = true,
                 _ => {}
