@@ -34,6 +34,8 @@ fi
 
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --locked -- -D warnings
+# docs/architecture.md's crate graph must match cargo metadata.
+python3 scripts/check-architecture
 cargo test --workspace --locked
 # The adaptive relay against zstd --adapt on a 100 Mbit/s veth link between
 # two network namespaces (issue 25): fails when the relay is >15% slower.
