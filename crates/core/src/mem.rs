@@ -134,6 +134,7 @@ mod tests {
     use super::*;
 
     fn minor_faults() -> i64 {
+        // SAFETY: an all-zero rusage is a valid value (plain integers).
         let mut u: libc::rusage = unsafe { std::mem::zeroed() };
         // SAFETY: `u` is a valid out-pointer.
         unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut u) };
