@@ -64,7 +64,9 @@ fn default_poll_ms() -> u64 {
 pub enum AppSource {
     /// Follow a file of `TIMESTAMP VALUE` lines.
     TailFile {
+        /// The file to follow; it may not exist yet and may be rotated.
         path: PathBuf,
+        /// The metric the values are published as (in the `app` family).
         metric: MetricName,
         /// Scope in text form (`system`, `pid:1234`, …); default `system`.
         #[serde(default = "system_scope", with = "scope_text")]
@@ -77,12 +79,19 @@ pub enum AppSource {
         poll_ms: u64,
     },
     /// Accept `METRIC VALUE [SCOPE]` lines on a Unix stream socket.
-    Socket { path: PathBuf },
+    Socket {
+        /// Where the socket is bound; a stale file there is replaced.
+        path: PathBuf,
+    },
     /// Run a command periodically and take the first number it prints.
     Command {
+        /// Program and arguments, run directly (no shell); must name a program.
         argv: Vec<String>,
+        /// Interval between runs, in ms (at least 1).
         every_ms: u64,
+        /// The metric the number is published as (in the `app` family).
         metric: MetricName,
+        /// Scope in text form (`system`, `pid:1234`, …); default `system`.
         #[serde(default = "system_scope", with = "scope_text")]
         scope: Scope,
         /// Kill the command after this many ms (default: `every_ms`, at least 1000).

@@ -4,7 +4,7 @@
 //!
 //! Mixing counts of different groups or intervals would combine numbers that were
 //! not measured at the same time (under rotation, different event sets run in
-//! different ticks), so the sampler calls [`derive`] once per group reading and a
+//! different ticks), so the sampler calls [`derive()`] once per group reading and a
 //! ratio is only produced when both of its events are in that group.
 //!
 //! The CPI stack follows the thesis: each component is the number of misses at a

@@ -7,22 +7,43 @@ use std::io;
 pub enum PmuError {
     /// The name does not denote any event hwqos knows how to encode.
     #[error("unknown event `{name}`: {reason}")]
-    UnknownEvent { name: String, reason: String },
+    UnknownEvent {
+        /// The event name as given.
+        name: String,
+        /// Why it could not be resolved (parse error, no such perf name, …).
+        reason: String,
+    },
     /// The event is well-formed but this node cannot count it (no PMU, no such
     /// event on this CPU model, unsupported by the kernel).
     #[error("event `{name}` is not available on this node: {reason}")]
-    Unavailable { name: String, reason: String },
+    Unavailable {
+        /// The event name as given.
+        name: String,
+        /// The kernel's error with a hint at the likely cause.
+        reason: String,
+    },
     /// The kernel refused for lack of privilege (perf_event_paranoid, capabilities).
     #[error("permission denied opening `{name}`: {reason}")]
-    Permission { name: String, reason: String },
+    Permission {
+        /// The event name as given.
+        name: String,
+        /// The kernel's error with what to check or grant.
+        reason: String,
+    },
     /// The task to count no longer exists.
     #[error("task {tid} does not exist (it may have exited)")]
-    NoSuchTask { tid: u32 },
+    NoSuchTask {
+        /// The thread id counted (0 when the event was not bound to a task).
+        tid: u32,
+    },
     /// An event set holds more events than the PMU can count at once.
     #[error("event set {set:?} has {len} events but this node counts at most {capacity} at once")]
     SetTooLarge {
+        /// The names of the events in the set.
         set: Vec<String>,
+        /// How many events the set holds.
         len: usize,
+        /// How many counters the PMU (or simulator) offers at once.
         capacity: usize,
     },
     /// A group handle that the backend does not know.
@@ -31,9 +52,12 @@ pub enum PmuError {
     /// Invalid configuration given to the PMU layer.
     #[error("{0}")]
     Config(String),
+    /// An I/O error (perf_event syscalls, sysfs, /proc) with what was being done.
     #[error("{context}: {source}")]
     Io {
+        /// What was being done, e.g. `perf_event_open for `hw.cycles``.
         context: String,
+        /// The underlying error.
         #[source]
         source: io::Error,
     },

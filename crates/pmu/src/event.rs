@@ -6,11 +6,17 @@ use serde::{Deserialize, Serialize};
 
 /// `perf_event_attr.type` values of the generic perf ABI.
 pub mod perf_type {
+    /// `PERF_TYPE_HARDWARE`: generic CPU events (cycles, instructions, …).
     pub const HARDWARE: u32 = 0;
+    /// `PERF_TYPE_SOFTWARE`: kernel-counted events (task-clock, page faults, …).
     pub const SOFTWARE: u32 = 1;
+    /// `PERF_TYPE_TRACEPOINT`: a kernel tracepoint; `config` is its id.
     pub const TRACEPOINT: u32 = 2;
+    /// `PERF_TYPE_HW_CACHE`: generic cache events; `config` packs cache, op and result.
     pub const HW_CACHE: u32 = 3;
+    /// `PERF_TYPE_RAW`: a model-specific raw encoding in `config`.
     pub const RAW: u32 = 4;
+    /// `PERF_TYPE_BREAKPOINT`: a hardware breakpoint.
     pub const BREAKPOINT: u32 = 5;
 }
 
@@ -20,9 +26,12 @@ pub struct EventAttr {
     /// `perf_event_attr.type`: a generic type or a dynamic PMU's type from sysfs.
     #[serde(rename = "type")]
     pub type_: u32,
+    /// `perf_event_attr.config`: the event selector, interpreted per `type_`.
     pub config: u64,
+    /// `perf_event_attr.config1` (extension of `config`, e.g. offcore response); 0 if unused.
     #[serde(default)]
     pub config1: u64,
+    /// `perf_event_attr.config2` (further extension of `config`); 0 if unused.
     #[serde(default)]
     pub config2: u64,
     /// The privilege levels counted (perf's `:u` / `:k` modifiers).
@@ -93,9 +102,15 @@ pub enum EventSource {
     /// A raw encoding (`r0151`).
     Raw,
     /// A `pmu/term=…/` event encoded through the PMU's sysfs `format/`.
-    Sysfs { pmu: String },
+    Sysfs {
+        /// The PMU's name under `/sys/bus/event_source/devices` (`cpu`, `uncore_imc_0`, …).
+        pmu: String,
+    },
     /// From hwqos's curated per-vendor table (events the generic ABI lacks).
-    Curated { table: String },
+    Curated {
+        /// The name of the table the encoding was taken from.
+        table: String,
+    },
 }
 
 /// A resolved event: the name the user gave, the metric it is reported as, and
@@ -106,11 +121,14 @@ pub struct Event {
     pub name: String,
     /// The metric samples of this event are published as.
     pub metric: MetricName,
+    /// The `perf_event_attr` encoding backends open.
     pub attr: EventAttr,
+    /// How the name was resolved to `attr`.
     pub source: EventSource,
 }
 
 impl Event {
+    /// Whether the event needs the CPU's PMU (see [`EventAttr::is_hardware`]).
     pub fn is_hardware(&self) -> bool {
         self.attr.is_hardware()
     }

@@ -206,6 +206,7 @@ impl Sampler {
             .collect()
     }
 
+    /// Which backend the counts come from (real `perf_event` or the simulator).
     pub fn backend_kind(&self) -> BackendKind {
         self.backend.kind()
     }

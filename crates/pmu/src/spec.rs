@@ -26,7 +26,9 @@ pub const SCHEMA_VERSION: u32 = 1;
 pub struct TargetSpec {
     /// Always [`SCHEMA_VERSION`].
     pub schema: u32,
+    /// The CPU model the spec describes (selects curated events).
     pub cpu: CpuModel,
+    /// Hardware counters per logical CPU.
     pub counters: CounterCapacity,
     /// The PMUs sysfs lists, with their types, formats and event aliases.
     pub pmus: Vec<PmuInfo>,
@@ -48,17 +50,21 @@ pub struct CounterCapacity {
 /// One event of a spec.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SpecEvent {
+    /// The generic hwqos event name (`hw.cycles`, `sw.page_faults`).
     pub name: String,
+    /// The metric the event is reported as.
     pub metric: MetricName,
     /// The encoding; absent when the event cannot be encoded on this model.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub attr: Option<EventAttr>,
+    /// Where the encoding came from; absent when there is none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub source: Option<EventSource>,
     /// `Some(false)` when known to be unavailable, `None` when only a probe on
     /// the node can tell (see [`check_availability`]).
     #[serde(default)]
     pub available: Option<bool>,
+    /// Why the event is unavailable; set exactly when `available` is `Some(false)`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
 }
@@ -90,6 +96,7 @@ impl TargetSpec {
         Catalog::from_parts(self.pmus.clone(), Some(self.cpu.clone()))
     }
 
+    /// The spec as indented JSON (the format [`TargetSpec::from_json`] reads).
     pub fn to_json_pretty(&self) -> Result<String, PmuError> {
         serde_json::to_string_pretty(self)
             .map_err(|e| PmuError::Config(format!("cannot encode target spec: {e}")))
@@ -162,6 +169,7 @@ pub fn probe_availability(spec: &mut TargetSpec, backend: &mut dyn CounterBacken
     }
 }
 
+/// [`generate`] for this node's own `/sys` and `/proc` (CPUID consulted).
 pub fn generate_for_this_node() -> TargetSpec {
     generate(Path::new("/sys"), Path::new("/proc"))
 }
@@ -331,8 +339,11 @@ pub struct EventStatus {
     pub name: String,
     /// The metric it is reported as; absent if the name did not resolve.
     pub metric: Option<MetricName>,
+    /// Whether the name resolved and the probe could open it.
     pub available: bool,
+    /// Why it is not available (resolution or open error); `None` when available.
     pub reason: Option<String>,
+    /// Where the encoding came from; absent if the name did not resolve.
     pub source: Option<EventSource>,
 }
 

@@ -118,6 +118,7 @@ fn compile_regex(re: &str) -> Result<regex::Regex, PmuError> {
 /// A process to monitor with the threads it had when resolved.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ProcessTarget {
+    /// The process id (thread group id).
     pub pid: u32,
     /// `/proc/PID/comm` (the kernel's short name, at most 15 bytes).
     pub comm: String,

@@ -18,11 +18,24 @@ use std::path::PathBuf;
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum CountTarget {
     /// One task (thread). With `inherit`, tasks it creates later are counted too.
-    Task { tid: u32, inherit: bool },
+    Task {
+        /// The thread id.
+        tid: u32,
+        /// Also count threads and processes the task creates after the group is opened.
+        inherit: bool,
+    },
     /// Everything that runs on one CPU (system-wide per-CPU counting).
-    Cpu { cpu: u32 },
+    Cpu {
+        /// The CPU number as the kernel numbers it.
+        cpu: u32,
+    },
     /// Everything in a cgroup v2 directory, on one CPU.
-    Cgroup { path: PathBuf, cpu: u32 },
+    Cgroup {
+        /// The cgroup's directory under the cgroup v2 mount.
+        path: PathBuf,
+        /// The CPU counted on (one group per CPU covers the whole cgroup).
+        cpu: u32,
+    },
 }
 
 /// Handle of an open counter group within one backend.
@@ -34,8 +47,12 @@ pub struct GroupId(pub u64);
 /// events were given to [`CounterBackend::open_group`].
 #[derive(Clone, Debug, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub struct GroupReading {
+    /// Nanoseconds the group was enabled.
     pub time_enabled: u64,
+    /// Nanoseconds the group was actually on the PMU; less than `time_enabled`
+    /// when it was multiplexed (counts are then scaled by enabled/running).
     pub time_running: u64,
+    /// Raw cumulative counts, one per event, in the order given at open.
     pub values: Vec<u64>,
 }
 
@@ -45,6 +62,7 @@ pub use hwqos_api::BackendKind;
 
 /// A source of counter groups. Groups are opened disabled.
 pub trait CounterBackend: Send {
+    /// Which backend this is (reported with every number it produced).
     fn kind(&self) -> BackendKind;
 
     /// How many events can be counted at once without multiplexing, if known.
@@ -54,8 +72,10 @@ pub trait CounterBackend: Send {
     /// [`PmuError::Unavailable`] naming the first event the node cannot count.
     fn open_group(&mut self, target: &CountTarget, events: &[Event]) -> Result<GroupId, PmuError>;
 
+    /// Starts the group counting; its events start and stop together.
     fn enable(&mut self, group: GroupId) -> Result<(), PmuError>;
 
+    /// Stops the group counting; counts so far are kept and readable.
     fn disable(&mut self, group: GroupId) -> Result<(), PmuError>;
 
     /// Reads the group's cumulative counts.

@@ -81,8 +81,11 @@ impl Script {
 /// What a script applies to.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum SimSubject {
+    /// Groups opened on the thread with this tid ([`CountTarget::Task`]).
     Task(u32),
+    /// Groups opened on this CPU ([`CountTarget::Cpu`]).
     Cpu(u32),
+    /// Groups opened on this cgroup directory and CPU ([`CountTarget::Cgroup`]).
     Cgroup(PathBuf, u32),
 }
 

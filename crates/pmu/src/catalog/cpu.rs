@@ -8,17 +8,22 @@ use std::path::Path;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Vendor {
+    /// `GenuineIntel`.
     Intel,
+    /// `AuthenticAMD`.
     Amd,
+    /// `HygonGenuine` (Zen-derived, AMD-style PMU).
     Hygon,
     /// Any arm64 core (Arm Ltd. or an architecture licensee).
     Arm,
+    /// Anything else, or `/proc/cpuinfo` unreadable: no curated table applies.
     Unknown,
 }
 
 /// The CPU model of a node.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CpuModel {
+    /// The vendor, from `vendor_id` (x86) or the architecture (arm64).
     pub vendor: Vendor,
     /// x86: `cpu family`; Arm: `CPU architecture`.
     pub family: u32,

@@ -97,6 +97,8 @@ impl Catalog {
         self
     }
 
+    /// The CPU model curated events are selected by; `None` when the catalog was
+    /// loaded without one (then curated events are unavailable).
     pub fn cpu(&self) -> Option<&CpuModel> {
         self.cpu.as_ref()
     }
@@ -106,6 +108,7 @@ impl Catalog {
         &self.pmus
     }
 
+    /// The PMU with this sysfs name (`cpu`, `uncore_imc_0`), if the node has it.
     pub fn pmu(&self, name: &str) -> Option<&PmuInfo> {
         self.pmus.iter().find(|p| p.name == name)
     }

@@ -13,6 +13,7 @@ use std::path::{Path, PathBuf};
 /// One PMU as described by sysfs.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PmuInfo {
+    /// The directory name under `/sys/bus/event_source/devices` (`cpu`, `uncore_imc_0`).
     pub name: String,
     /// The `perf_event_attr.type` of this PMU.
     #[serde(rename = "type")]
@@ -127,8 +128,11 @@ fn read_dir_files(dir: &Path, keep: impl Fn(&str) -> bool) -> BTreeMap<String, S
 /// Which `perf_event_attr` word a format term writes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ConfigWord {
+    /// `perf_event_attr.config`.
     Config,
+    /// `perf_event_attr.config1`.
     Config1,
+    /// `perf_event_attr.config2`.
     Config2,
 }
 
@@ -136,7 +140,9 @@ pub enum ConfigWord {
 /// is spread over, low value bits to low positions.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct FormatField {
+    /// The config word the term writes.
     pub word: ConfigWord,
+    /// The bit positions in `word` the value is spread over (never empty).
     pub mask: u64,
 }
 
