@@ -11,6 +11,7 @@ use hwqos_pmu::api::UnavailableEvent;
 use hwqos_pmu::appmetric::{AppMetrics, AppSource};
 use hwqos_pmu::backend::BackendKind;
 use hwqos_pmu::PmuError;
+use hwqos_testsupport::wait_for;
 use std::io::Write;
 use std::os::unix::net::UnixStream;
 use std::sync::Arc;
@@ -72,18 +73,9 @@ fn engine() -> NodeSources {
     }
 }
 
-/// Polls every 20 ms until `cond` holds; panics after 30 s (a bound for slow
-/// machines, not a speed assertion).
-fn wait_for(what: &str, mut cond: impl FnMut() -> bool) {
-    let start = Instant::now();
-    while !cond() {
-        assert!(
-            start.elapsed() < Duration::from_secs(30),
-            "timed out waiting for {what}"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
+/// How long a wait may take before the test fails: a bound for slow
+/// machines, not a speed assertion.
+const DEADLINE: Duration = Duration::from_secs(30);
 
 const SERIES: &str = "hwqos_app_queue_depth{scope=\"system\"} 7\n";
 
@@ -117,10 +109,10 @@ fn shown(h: &MonitorHandle) -> bool {
 fn a_pushed_metric_stays_for_the_staleness_window_then_goes() {
     let (_dir, monitor, sock) = start(3.0);
     let h = monitor.handle();
-    wait_for("100 frames", || h.status().frames_sampled >= 100);
+    wait_for("100 frames", DEADLINE, || h.status().frames_sampled >= 100);
     let pushed = Instant::now();
     push(&sock, "app.queue_depth 7\n");
-    wait_for("the pushed value on /metrics", || shown(&h));
+    wait_for("the pushed value on /metrics", DEADLINE, || shown(&h));
     // Far beyond the rotation horizon (10 ticks = 0.1 s here; the ~1 s that
     // an application metric lasted before at 10 Hz), well within 3 s.
     std::thread::sleep(Duration::from_millis(1500));
@@ -133,7 +125,7 @@ fn a_pushed_metric_stays_for_the_staleness_window_then_goes() {
     assert!(text.contains("hwqos_monitor_app_series_held 1\n"), "{text}");
     // Gone once the window has passed since the tick that carried it (which
     // came after the push).
-    wait_for("the value to go", || !shown(&h));
+    wait_for("the value to go", DEADLINE, || !shown(&h));
     assert!(
         pushed.elapsed() >= Duration::from_secs(3),
         "gone after {:?}, before the 3 s window",
@@ -149,10 +141,10 @@ fn a_pushed_metric_stays_for_the_staleness_window_then_goes() {
 fn a_zero_window_shows_pushed_metrics_only_within_the_rotation_horizon() {
     let (_dir, monitor, sock) = start(0.0);
     let h = monitor.handle();
-    wait_for("100 frames", || h.status().frames_sampled >= 100);
+    wait_for("100 frames", DEADLINE, || h.status().frames_sampled >= 100);
     push(&sock, "app.queue_depth 7\n");
     // It shows for 10 ticks (0.1 s): seen or not, it must go quickly.
-    wait_for("the value to go", || !shown(&h));
+    wait_for("the value to go", DEADLINE, || !shown(&h));
     std::thread::sleep(Duration::from_millis(300));
     assert!(!shown(&h));
     monitor.stop();
@@ -162,15 +154,15 @@ fn a_zero_window_shows_pushed_metrics_only_within_the_rotation_horizon() {
 fn the_window_changes_on_reload() {
     let (_dir, monitor, sock) = start(600.0);
     let h = monitor.handle();
-    wait_for("100 frames", || h.status().frames_sampled >= 100);
+    wait_for("100 frames", DEADLINE, || h.status().frames_sampled >= 100);
     push(&sock, "app.queue_depth 7\n");
-    wait_for("the pushed value on /metrics", || shown(&h));
+    wait_for("the pushed value on /metrics", DEADLINE, || shown(&h));
     std::thread::sleep(Duration::from_millis(300));
     assert!(shown(&h), "held beyond the rotation horizon");
     let mut shorter = (*h.config()).clone();
     shorter.metrics.app_stale_s = 0.5;
     h.apply(shorter).unwrap();
     assert_eq!(h.config().metrics.app_stale_s, 0.5);
-    wait_for("the value to go after the reload", || !shown(&h));
+    wait_for("the value to go after the reload", DEADLINE, || !shown(&h));
     monitor.stop();
 }

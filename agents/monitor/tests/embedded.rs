@@ -8,8 +8,9 @@ use hwqos_monitor::{FrameSource, Monitor, NodeSources};
 use hwqos_pmu::api::UnavailableEvent;
 use hwqos_pmu::backend::BackendKind;
 use hwqos_pmu::PmuError;
+use hwqos_testsupport::wait_for;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// Reports one multiplexed counter per tick for `cpu:0`: 100 raw at half time.
 struct Scripted {
@@ -72,16 +73,9 @@ fn engine() -> NodeSources {
     }
 }
 
-fn wait_for(what: &str, mut cond: impl FnMut() -> bool) {
-    let start = Instant::now();
-    while !cond() {
-        assert!(
-            start.elapsed() < Duration::from_secs(30),
-            "timed out waiting for {what}"
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    }
-}
+/// How long a wait may take before the test fails: a bound for slow
+/// machines, not a speed assertion.
+const DEADLINE: Duration = Duration::from_secs(30);
 
 #[test]
 fn embedded_monitor_with_a_scripted_source() {
@@ -97,7 +91,9 @@ fn embedded_monitor_with_a_scripted_source() {
     config.metrics.enabled = false;
     let monitor = Monitor::start(config.clone(), None, None, engine()).unwrap();
     let h = monitor.handle();
-    wait_for("a full database", || h.status().frames_in_db == 20);
+    wait_for("a full database", DEADLINE, || {
+        h.status().frames_in_db == 20
+    });
     let status = h.status();
     assert_eq!(status.db_capacity, 20);
     assert_eq!(status.backend, BackendKind::Simulated);

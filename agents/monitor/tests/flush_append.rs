@@ -10,8 +10,9 @@ use hwqos_monitor::{FrameSource, Monitor, MonitorHandle, NodeSources};
 use hwqos_pmu::api::UnavailableEvent;
 use hwqos_pmu::backend::BackendKind;
 use hwqos_pmu::PmuError;
+use hwqos_testsupport::wait_for;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// `procs` processes with a counter and a gauge each, every tick.
 struct Scripted {
@@ -76,16 +77,9 @@ fn engine(procs: u32) -> NodeSources {
     }
 }
 
-fn wait_for(what: &str, mut cond: impl FnMut() -> bool) {
-    let start = Instant::now();
-    while !cond() {
-        assert!(
-            start.elapsed() < Duration::from_secs(30),
-            "timed out waiting for {what}"
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    }
-}
+/// How long a wait may take before the test fails: a bound for slow
+/// machines, not a speed assertion.
+const DEADLINE: Duration = Duration::from_secs(30);
 
 fn start(frames: usize, procs: u32) -> (tempfile::TempDir, Monitor) {
     let dir = tempfile::tempdir().unwrap();
@@ -110,11 +104,11 @@ fn sampled(h: &MonitorHandle) -> u64 {
 fn a_second_flush_appends_only_the_new_frames() {
     let (_dir, monitor) = start(10_000, 3);
     let h = monitor.handle();
-    wait_for("20 frames", || sampled(&h) >= 20);
+    wait_for("20 frames", DEADLINE, || sampled(&h) >= 20);
     let first = h.flush_report().unwrap();
     assert!(first.frames >= 20 && first.gap.is_none(), "{first:?}");
     let n = sampled(&h);
-    wait_for("20 more frames", || sampled(&h) >= n + 20);
+    wait_for("20 more frames", DEADLINE, || sampled(&h) >= n + 20);
     let second = h.flush().unwrap();
     assert_eq!(second, first.paths, "the same files grow");
     monitor.stop();
@@ -153,11 +147,11 @@ fn a_second_flush_appends_only_the_new_frames() {
 fn a_flush_after_the_ring_wrapped_reports_the_gap() {
     let (_dir, monitor) = start(20, 1);
     let h = monitor.handle();
-    wait_for("5 frames", || sampled(&h) >= 5);
+    wait_for("5 frames", DEADLINE, || sampled(&h) >= 5);
     let first = h.flush_report().unwrap();
     let n = sampled(&h);
     // More than the ring holds since that flush.
-    wait_for("60 more frames", || sampled(&h) >= n + 60);
+    wait_for("60 more frames", DEADLINE, || sampled(&h) >= n + 60);
     monitor.stop();
     let second = h.flush_report().unwrap();
     let gap = second.gap.expect("the frames that fell out are reported");
@@ -179,7 +173,7 @@ fn a_flush_after_the_ring_wrapped_reports_the_gap() {
 fn flushed_bytes_follow_the_new_frames_not_the_database() {
     let (_dir, monitor) = start(100_000, 20);
     let h = monitor.handle();
-    wait_for("1000 frames", || sampled(&h) >= 1000);
+    wait_for("1000 frames", DEADLINE, || sampled(&h) >= 1000);
     let whole = h.flush_report().unwrap();
     let per_frame = whole.bytes / whole.frames;
     for _ in 0..3 {

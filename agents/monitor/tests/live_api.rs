@@ -3,8 +3,9 @@
 
 mod common;
 
-use common::{wait_until, Running, SW_SETS};
+use common::{Running, SW_SETS};
 use hwqos_pmu::api::{ApiClient, ApiError, FrameFilter};
+use hwqos_testsupport::wait_for;
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::UnixStream;
 use std::time::Duration;
@@ -78,7 +79,7 @@ fn window_status_and_event_sets() {
     let m = Running::start(&format!("rate_hz = 100\n{SW_SETS}\n"), "");
     let mut c = m.client();
     assert_eq!(c.hello().rate_hz, 100.0);
-    wait_until("10 frames in the database", Duration::from_secs(30), || {
+    wait_for("10 frames in the database", Duration::from_secs(30), || {
         c.status().unwrap().frames_in_db >= 10
     });
     let status = c.status().unwrap();
@@ -201,7 +202,7 @@ fn slow_subscriber_is_dropped_without_stalling_the_sampler() {
     stalled.write_all(b"{\"op\":\"subscribe\"}\n").unwrap();
     let mut c: ApiClient = m.client();
     let before = c.status().unwrap().frames_sampled;
-    wait_until(
+    wait_for(
         "the stalled subscriber to be dropped",
         Duration::from_secs(60),
         || c.status().unwrap().dropped_subscribers >= 1,

@@ -2,33 +2,9 @@
 
 mod common;
 
-use common::{wait_until, Running, SW_SETS};
-use std::io::{Read, Write};
-use std::net::TcpStream;
-use std::process::{Command, Stdio};
+use common::{Running, SW_SETS};
+use hwqos_testsupport::{http_get, promtool_check_metrics, wait_for};
 use std::time::Duration;
-
-fn http_get(addr: &str, path: &str) -> (String, String) {
-    let mut s = TcpStream::connect(addr).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
-    write!(
-        s,
-        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
-    )
-    .unwrap();
-    let mut response = String::new();
-    s.read_to_string(&mut response).unwrap();
-    let (head, body) = response.split_once("\r\n\r\n").expect("HTTP response");
-    (head.to_string(), body.to_string())
-}
-
-fn promtool() -> Option<std::path::PathBuf> {
-    std::env::var_os("PATH")?
-        .to_str()?
-        .split(':')
-        .map(|d| std::path::Path::new(d).join("promtool"))
-        .find(|p| p.is_file())
-}
 
 #[test]
 fn metrics_endpoint_serves_valid_openmetrics() {
@@ -38,17 +14,20 @@ fn metrics_endpoint_serves_valid_openmetrics() {
         "",
     );
     let mut c = m.client();
-    wait_until("3 frames", Duration::from_secs(30), || {
+    wait_for("3 frames", Duration::from_secs(30), || {
         c.status().unwrap().frames_sampled >= 3
     });
     let addr = c.status().unwrap().metrics_listen.expect("metrics address");
-    let (head, body) = http_get(&addr, "/metrics");
-    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
-    assert!(
-        head.to_ascii_lowercase()
-            .contains("content-type: application/openmetrics-text; version=1.0.0; charset=utf-8"),
-        "{head}"
+    let r = http_get(&addr, "/metrics").expect("GET /metrics");
+    assert_eq!(r.status, 200, "{r:?}");
+    assert_eq!(
+        r.header("content-type")
+            .map(|v| v.to_ascii_lowercase())
+            .as_deref(),
+        Some("application/openmetrics-text; version=1.0.0; charset=utf-8"),
+        "{r:?}"
     );
+    let body = r.body;
     assert!(body.ends_with("# EOF\n"), "no EOF terminator");
     assert!(
         body.contains("# TYPE hwqos_sw_task_clock_seconds_per_second gauge"),
@@ -68,31 +47,8 @@ fn metrics_endpoint_serves_valid_openmetrics() {
     assert!(body.contains("hwqos_monitor_frames_sampled "));
     assert!(body.contains("hwqos_monitor_build_info{version=\""));
 
-    let (head, _) = http_get(&addr, "/other");
-    assert!(head.starts_with("HTTP/1.1 404"), "{head}");
+    let r = http_get(&addr, "/other").expect("GET /other");
+    assert_eq!(r.status, 404, "{r:?}");
 
-    let Some(promtool) = promtool() else {
-        eprintln!("SKIPPED promtool check: `promtool` is not installed (Debian package `prometheus`; the README's test command installs it)");
-        return;
-    };
-    let mut child = Command::new(promtool)
-        .args(["check", "metrics"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(body.as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
-    assert!(
-        out.status.success(),
-        "promtool check metrics failed:\n{}{}\n--- exposition ---\n{body}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    promtool_check_metrics(&body);
 }

@@ -8,8 +8,8 @@
 mod common;
 
 use common::{Running, SW_SETS};
-use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
+use hwqos_testsupport::http_get;
+use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
@@ -69,13 +69,15 @@ impl PrometheusServer {
         if let Ok(Some(status)) = self.child.try_wait() {
             panic!("prometheus exited with {status}:\n{}", self.log());
         }
-        let (head, body) = http_get(
+        let r = http_get(
             &self.addr,
             &format!("/api/v1/query?query={}", percent_encode(promql)),
-        )?;
-        if !head.starts_with("HTTP/1.1 200") {
+        )
+        .ok()?;
+        if r.status != 200 {
             return None;
         }
+        let body = r.body;
         let v: serde_json::Value = serde_json::from_str(&body).expect("query answer is JSON");
         assert_eq!(v["status"], "success", "{body}");
         Some(v["data"]["result"].clone())
@@ -112,42 +114,6 @@ impl Drop for PrometheusServer {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
-    }
-}
-
-fn http_get(addr: &str, path: &str) -> Option<(String, String)> {
-    let mut s = TcpStream::connect(addr).ok()?;
-    s.set_read_timeout(Some(Duration::from_secs(30))).ok()?;
-    write!(
-        s,
-        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
-    )
-    .ok()?;
-    let mut response = String::new();
-    s.read_to_string(&mut response).ok()?;
-    let (head, body) = response.split_once("\r\n\r\n")?;
-    let body = if head
-        .to_ascii_lowercase()
-        .contains("transfer-encoding: chunked")
-    {
-        dechunk(body)?
-    } else {
-        body.to_string()
-    };
-    Some((head.to_string(), body))
-}
-
-/// Decodes an HTTP/1.1 chunked body.
-fn dechunk(mut body: &str) -> Option<String> {
-    let mut out = String::new();
-    loop {
-        let (size, rest) = body.split_once("\r\n")?;
-        let size = usize::from_str_radix(size.split(';').next()?.trim(), 16).ok()?;
-        if size == 0 {
-            return Some(out);
-        }
-        out.push_str(rest.get(..size)?);
-        body = rest.get(size + 2..)?;
     }
 }
 

@@ -4,9 +4,10 @@
 
 mod common;
 
-use common::{config_text, wait_until, Running, SW_SETS};
+use common::{config_text, Running, SW_SETS};
 use hwqos_core::recording::{self, CounterClass, RecordedBackend};
 use hwqos_pmu::api::FrameFilter;
+use hwqos_testsupport::wait_for;
 use std::time::Duration;
 
 const LIMIT: Duration = Duration::from_secs(30);
@@ -23,7 +24,7 @@ fn oldest_seq(m: &Running) -> u64 {
 fn sighup_reloads_and_keeps_the_database() {
     let m = Running::start(&format!("rate_hz = 100\n{SW_SETS}\n"), "");
     let mut c = m.client();
-    wait_until("20 frames", LIMIT, || {
+    wait_for("20 frames", LIMIT, || {
         c.status().unwrap().frames_in_db >= 20
     });
     let before = c.status().unwrap();
@@ -38,7 +39,7 @@ fn sighup_reloads_and_keeps_the_database() {
     );
     std::fs::write(&m.config, new).unwrap();
     m.signal(libc::SIGHUP);
-    wait_until("the reload", LIMIT, || c.status().unwrap().reloads == 1);
+    wait_for("the reload", LIMIT, || c.status().unwrap().reloads == 1);
     let after = c.status().unwrap();
     assert_eq!(after.rate_hz, 50.0);
     assert_eq!(after.event_sets, vec![vec!["sw.page_faults".to_string()]]);
@@ -46,14 +47,14 @@ fn sighup_reloads_and_keeps_the_database() {
     assert_eq!(oldest_seq(&m), first, "the oldest frame is still there");
     // Sampling goes on with sequence numbers continuing.
     let seq = after.last_seq.unwrap();
-    wait_until("new frames", LIMIT, || {
+    wait_for("new frames", LIMIT, || {
         c.status().unwrap().last_seq.unwrap() > seq
     });
 
     // A broken config is rejected: the running configuration stays.
     std::fs::write(&m.config, "rate_hz = 0\n").unwrap();
     m.signal(libc::SIGHUP);
-    wait_until("the rejection to be logged", LIMIT, || {
+    wait_for("the rejection to be logged", LIMIT, || {
         m.log().contains("reload rejected")
     });
     let kept = c.status().unwrap();
@@ -65,7 +66,7 @@ fn sighup_reloads_and_keeps_the_database() {
         m.log()
     );
     let seq = kept.last_seq.unwrap();
-    wait_until("sampling after the rejection", LIMIT, || {
+    wait_for("sampling after the rejection", LIMIT, || {
         c.status().unwrap().last_seq.unwrap() > seq
     });
 }
@@ -74,12 +75,12 @@ fn sighup_reloads_and_keeps_the_database() {
 fn sigusr1_flushes_files_that_read_back() {
     let m = Running::start(&format!("rate_hz = 100\n{SW_SETS}\n"), "");
     let mut c = m.client();
-    wait_until("10 frames", LIMIT, || {
+    wait_for("10 frames", LIMIT, || {
         c.status().unwrap().frames_in_db >= 10
     });
     assert!(m.outputs("jsonl").is_empty());
     m.signal(libc::SIGUSR1);
-    wait_until("the flushed files", LIMIT, || {
+    wait_for("the flushed files", LIMIT, || {
         m.outputs("jsonl").len() == 1 && m.outputs("csv").len() == 1
     });
 
@@ -109,7 +110,7 @@ fn sigusr1_flushes_files_that_read_back() {
 fn sigterm_exits_cleanly_removes_the_socket_and_flushes() {
     let mut m = Running::start(&format!("rate_hz = 50\n{SW_SETS}\n"), "");
     let mut c = m.client();
-    wait_until("5 frames", LIMIT, || c.status().unwrap().frames_in_db >= 5);
+    wait_for("5 frames", LIMIT, || c.status().unwrap().frames_in_db >= 5);
     drop(c);
     m.signal(libc::SIGTERM);
     let status = m.wait_exit();
@@ -127,7 +128,7 @@ fn sigint_without_flush_on_exit() {
     std::fs::write(&m.config, text).unwrap();
     let mut c = m.client();
     m.signal(libc::SIGHUP);
-    wait_until("the reload", LIMIT, || c.status().unwrap().reloads == 1);
+    wait_for("the reload", LIMIT, || c.status().unwrap().reloads == 1);
     drop(c);
     m.signal(libc::SIGINT);
     let status = m.wait_exit();

@@ -12,11 +12,12 @@ use hwqos_monitor::{FrameSource, Monitor, MonitorHandle, NodeSources};
 use hwqos_pmu::api::{ApiClient, UnavailableEvent};
 use hwqos_pmu::backend::BackendKind;
 use hwqos_pmu::PmuError;
+use hwqos_testsupport::wait_for;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// Samples per frame: about 60 KB decoded and 70 KB of JSON a frame.
 const SAMPLES: u32 = 500;
@@ -117,16 +118,9 @@ fn serve(max_windows: usize, window_timeout_s: f64) -> Served {
     }
 }
 
-fn wait_for(what: &str, mut cond: impl FnMut() -> bool) {
-    let start = Instant::now();
-    while !cond() {
-        assert!(
-            start.elapsed() < Duration::from_secs(60),
-            "timed out waiting for {what}"
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    }
-}
+/// How long a wait may take before the test fails: a bound for slow
+/// machines, not a speed assertion.
+const DEADLINE: Duration = Duration::from_secs(60);
 
 /// A raw connection that has read the hello line.
 fn raw(socket: &Path) -> (BufReader<UnixStream>, UnixStream) {
@@ -149,7 +143,7 @@ fn client(socket: &Path) -> ApiClient {
 fn a_slow_window_reader_holds_neither_the_database_nor_the_whole_window() {
     let s = serve(2, 600.0);
     let h = &s.handle;
-    wait_for("600 frames in the database", || {
+    wait_for("600 frames in the database", DEADLINE, || {
         h.status().frames_in_db >= 600
     });
     let in_db = h.status().frames_in_db;
@@ -167,9 +161,11 @@ fn a_slow_window_reader_holds_neither_the_database_nor_the_whole_window() {
     // Meanwhile the sampler keeps writing the database and others are served:
     // a status, and a small window (the second of two allowed at once).
     let sampled = h.status().frames_sampled;
-    wait_for("the sampler to go on while A is not reading", || {
-        h.status().frames_sampled >= sampled + 100
-    });
+    wait_for(
+        "the sampler to go on while A is not reading",
+        DEADLINE,
+        || h.status().frames_sampled >= sampled + 100,
+    );
     let mut b = client(&s.socket);
     assert!(b.status().unwrap().frames_in_db > in_db);
     let small = b
@@ -234,7 +230,7 @@ fn a_slow_window_reader_holds_neither_the_database_nor_the_whole_window() {
         whole > 10 * bound,
         "the test window is too small: {whole} B"
     );
-    wait_for("windows to release their buffers", || {
+    wait_for("windows to release their buffers", DEADLINE, || {
         h.window_buffered_bytes().0 == 0
     });
     let _ = now;
@@ -244,13 +240,13 @@ fn a_slow_window_reader_holds_neither_the_database_nor_the_whole_window() {
 fn a_window_not_read_in_time_is_cut_off_and_frees_its_slot() {
     let s = serve(1, 1.0);
     let h = &s.handle;
-    wait_for("400 frames in the database", || {
+    wait_for("400 frames in the database", DEADLINE, || {
         h.status().frames_in_db >= 400
     });
     let (mut a_rd, mut a_wr) = raw(&s.socket);
     a_wr.write_all(b"{\"op\":\"window\"}\n").unwrap();
     // Not reading: the 1 s deadline passes (a generous wait for it below).
-    wait_for("the window to be cut off", || {
+    wait_for("the window to be cut off", DEADLINE, || {
         h.windows_refused_and_cut().1 == 1
     });
     // What A gets: some frames, no `end`, then the connection is closed.

@@ -4,9 +4,10 @@
 #![allow(dead_code)]
 
 use hwqos_pmu::api::ApiClient;
+use hwqos_testsupport::wait_for;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_hwqos-monitor");
 
@@ -21,16 +22,6 @@ pub fn run(args: &[&str]) -> Output {
         .env("RUST_LOG", "warn")
         .output()
         .expect("run hwqos-monitor")
-}
-
-/// Polls `cond` every 20 ms until it holds; panics with `what` after `limit`
-/// (a generous bound for slow machines, not a speed assertion).
-pub fn wait_until(what: &str, limit: Duration, mut cond: impl FnMut() -> bool) {
-    let start = Instant::now();
-    while !cond() {
-        assert!(start.elapsed() < limit, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
 }
 
 /// A monitor process under test; killed on drop.
@@ -71,20 +62,15 @@ impl Running {
             out,
         };
         let sock = r.socket.clone();
-        let start = Instant::now();
-        loop {
+        wait_for("the monitor socket", Duration::from_secs(30), || {
             if sock.exists() && ApiClient::connect(&sock).is_ok() {
-                break;
+                return true;
             }
             if let Ok(Some(status)) = r.child.try_wait() {
                 panic!("hwqos-monitor exited early with {status}");
             }
-            assert!(
-                start.elapsed() < Duration::from_secs(30),
-                "monitor socket never appeared"
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
+            false
+        });
         r
     }
 
@@ -108,17 +94,12 @@ impl Running {
 
     /// Waits for the process to exit (generous bound).
     pub fn wait_exit(&mut self) -> ExitStatus {
-        let start = Instant::now();
-        loop {
-            if let Some(s) = self.child.try_wait().expect("try_wait") {
-                return s;
-            }
-            assert!(
-                start.elapsed() < Duration::from_secs(30),
-                "monitor did not exit"
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        let mut status = None;
+        wait_for("the monitor to exit", Duration::from_secs(30), || {
+            status = self.child.try_wait().expect("try_wait");
+            status.is_some()
+        });
+        status.expect("an exit status")
     }
 
     /// Files in the output directory with the given extension.
