@@ -21,9 +21,10 @@ use std::path::Path;
 pub struct AnalysisParams {
     /// Common time base step, ns.
     pub step_ns: u64,
-    /// Butterworth order (1..=8) and cutoff as a fraction of Nyquist (0, 1);
-    /// cutoff 1.0 or more disables filtering.
+    /// Butterworth order, 1..=8.
     pub filter_order: usize,
+    /// Butterworth cutoff as a fraction of Nyquist, in (0, 1); 1.0 or more
+    /// disables filtering.
     pub filter_cutoff: f64,
     /// θ: a resource is r̂ when |Corr| ≥ θ.
     pub threshold: f64,
@@ -43,21 +44,29 @@ impl Default for AnalysisParams {
 /// The measurements of one process: resource series by name and *x*.
 #[derive(Clone, Debug)]
 pub struct ProcessSeries {
+    /// The process's name as reported (table and SVG titles, errors).
     pub process: String,
+    /// The hardware series *R*, keyed by resource (event) name.
     pub resources: BTreeMap<String, Series>,
+    /// The application metric *x*.
     pub x: Series,
 }
 
 /// One resource of one process after analysis.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ResourceCorrelation {
+    /// The resource (event) name, a key of [`ProcessSeries::resources`].
     pub resource: String,
     /// Corr(r, x, p) of the filtered, normalized series.
     pub correlation: f64,
     /// Mean usage per step before normalization.
     pub mean: f64,
+    /// The aligned series, one value per step, before normalization (not
+    /// serialized).
     #[serde(skip)]
     pub raw: Vec<f64>,
+    /// The normalized, low-pass filtered series that was correlated (not
+    /// serialized).
     #[serde(skip)]
     pub filtered: Vec<f64>,
 }
@@ -65,13 +74,18 @@ pub struct ResourceCorrelation {
 /// The analysis of one process: resources sorted by |Corr| (highest first).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ProcessCorrelation {
+    /// The process's name, from [`ProcessSeries::process`].
     pub process: String,
+    /// Steps on the common time base (the length of every aligned series).
     pub samples: usize,
+    /// Every resource, sorted by |Corr| highest first, ties by name.
     pub resources: Vec<ResourceCorrelation>,
     /// The resources with |Corr| ≥ θ, in the same order (r̂ is the first).
     pub selected: Vec<String>,
+    /// *x* aligned on the time base, before normalization (not serialized).
     #[serde(skip)]
     pub x_raw: Vec<f64>,
+    /// *x* normalized and filtered, as correlated (not serialized).
     #[serde(skip)]
     pub x_filtered: Vec<f64>,
 }

@@ -36,26 +36,39 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+/// The `schema` value every contract carries; any other is refused.
 pub const SCHEMA: &str = "hwqos.contract/1";
 /// Upper bound on entries (contracts come from files and the network).
 pub const MAX_ENTRIES: usize = 4096;
 
+/// A whole contract: what to pin and throttle, one [`Entry`] per process
+/// selector. Unknown fields are errors.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Contract {
+    /// Always [`SCHEMA`].
     pub schema: String,
     /// Monotonically increasing version written by the decision engine.
     #[serde(default)]
     pub version: u64,
+    /// Who wrote the contract (the decision engine sets it); `None` for one
+    /// written by hand.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub generated_by: Option<String>,
+    /// 1 to [`MAX_ENTRIES`] entries, each with a non-empty name and a
+    /// selector no other entry has.
     pub entries: Vec<Entry>,
 }
 
+/// What one process (or every process a selector matches) gets: where it
+/// may run, where it is pinned, and its event quotas per period.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Entry {
+    /// The entry's name, not empty; errors and skip reasons name the entry by
+    /// it (uniqueness is not checked, so keep names distinct).
     pub name: String,
+    /// Free text for humans; ignored by the agent.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub description: String,
     /// `pid:N`, `name:X`, `regex:X`, `cgroup:/P`, `unit:U` (hwqos-pmu targets).
@@ -72,6 +85,8 @@ pub struct Entry {
     /// Event name (hwqos `sw.*`/`hw.*` or perf name) → events per period.
     #[serde(default)]
     pub quotas: BTreeMap<String, u64>,
+    /// Why the decision engine chose this entry, one line per reason; empty
+    /// for a hand-written entry. Informational only.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub explanation: Vec<String>,
     /// Allows the entry to match PID 1 or kernel threads (refused otherwise).
@@ -85,6 +100,7 @@ fn default_period_us() -> u64 {
 }
 
 impl Entry {
+    /// The quota period, `period_us` as a [`Duration`].
     pub fn period(&self) -> Duration {
         Duration::from_micros(self.period_us)
     }
@@ -93,7 +109,10 @@ impl Entry {
 /// An entry checked against this machine.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ResolvedEntry {
+    /// The entry as the contract gave it.
     pub entry: Entry,
+    /// The processes (thread-group ids) it applies to: never empty, never the
+    /// agent's own, none claimed by an earlier entry.
     pub pids: Vec<u32>,
     /// `None` when the entry has no quotas.
     pub quotas: Option<QuotaSet>,
@@ -102,11 +121,15 @@ pub struct ResolvedEntry {
 /// An entry (or a process of one) left out, and why.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct Skipped {
+    /// The entry's [`Entry::name`].
     pub entry: String,
+    /// Why it (or one of its processes) was left out, for a human.
     pub reason: String,
 }
 
 impl Contract {
+    /// A contract of `entries` with the current [`SCHEMA`], version 0 and no
+    /// `generated_by`; not validated (see [`Contract::validate`]).
     pub fn new(entries: Vec<Entry>) -> Contract {
         Contract {
             schema: SCHEMA.into(),
@@ -128,6 +151,8 @@ impl Contract {
         Ok(c)
     }
 
+    /// The contract as pretty-printed JSON, which [`Contract::parse`] reads
+    /// back.
     pub fn to_json(&self) -> String {
         serde_json::to_string_pretty(self).expect("contracts serialize")
     }
@@ -326,6 +351,7 @@ impl Contract {
 /// guardian, and — unless an entry is forced — PID 1 and kernel threads.
 #[derive(Clone, Debug)]
 pub struct Guard {
+    /// Where `/proc` is (thread and parent lookups); a fake tree in tests.
     pub proc_root: PathBuf,
     /// Thread-group ids of the agent's own processes.
     pub own: BTreeSet<u32>,

@@ -75,6 +75,10 @@ pub struct ProcessCounter {
 }
 
 impl ProcessCounter {
+    /// Opens the event `attr` (called `name` in errors) on every current
+    /// thread of `pid`, counting at once. Fails with
+    /// [`SchedError::Vanished`] when the process is gone or no thread could
+    /// be opened, [`SchedError::Event`] when the machine cannot count it.
     pub fn open(
         proc_root: &Path,
         pid: u32,

@@ -90,6 +90,7 @@ impl DeadMan {
         Ok(DeadMan { pid, tx, rx })
     }
 
+    /// The process the switch continues.
     pub fn pid(&self) -> u32 {
         self.pid
     }

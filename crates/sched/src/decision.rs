@@ -24,9 +24,11 @@ use hwqos_pmu::target::TargetSelector;
 use hwqos_topology::Topology;
 use std::collections::BTreeMap;
 
-/// The engine's output: the contract and a log of every decision.
+/// The engine's output: the contract, with the log of every decision in each
+/// entry's [`Entry::explanation`].
 #[derive(Clone, Debug, PartialEq)]
 pub struct Decision {
+    /// The generated contract (`generated_by` set), ready to validate and apply.
     pub contract: Contract,
 }
 

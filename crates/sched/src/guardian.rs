@@ -23,7 +23,9 @@ use std::process::{Child, ChildStdin, Command, Stdio};
 /// What the guardian holds at one moment.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Registry {
+    /// Processes the agent may have stopped; each gets `SIGCONT`.
     pub pids: BTreeSet<u32>,
+    /// Freezer cgroup directories the agent may have frozen; each is thawed.
     pub cgroups: BTreeSet<PathBuf>,
     /// The agent said `bye`.
     pub clean: bool,
@@ -305,6 +307,7 @@ impl GuardianClient {
         self.send(format!("pid {pid}\n"))
     }
 
+    /// Unregisters a pid the agent has continued (or that is gone).
     pub fn forget_pid(&mut self, pid: u32) -> io::Result<()> {
         self.send(format!("-pid {pid}\n"))
     }
@@ -314,6 +317,7 @@ impl GuardianClient {
         self.send(format!("cgroup {}\n", dir.display()))
     }
 
+    /// Unregisters a cgroup directory the agent has thawed or removed.
     pub fn forget_cgroup(&mut self, dir: &Path) -> io::Result<()> {
         self.send(format!("-cgroup {}\n", dir.display()))
     }

@@ -18,12 +18,18 @@ use hwqos_core::time::monotonic_ns;
 use serde::{Deserialize, Serialize};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
+/// Which shared resource a leech consumes (parsed from `cpu`, `memory`/`mem`,
+/// `fpu`, `faults`/`page-faults`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum LeechKind {
+    /// Integer work on the core.
     Cpu,
+    /// Strided writes over [`LeechSpec::working_set`].
     Memory,
+    /// Dependent floating-point multiply-adds.
     Fpu,
+    /// Minor page faults over [`LeechSpec::working_set`].
     Faults,
 }
 
@@ -46,6 +52,7 @@ impl std::str::FromStr for LeechKind {
 /// A leech's configuration.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct LeechSpec {
+    /// The resource it consumes.
     pub kind: LeechKind,
     /// Working set in bytes (memory and faults leeches).
     pub working_set: usize,

@@ -1,29 +1,73 @@
 //! hwqos-sched: shared-resource-aware allocation and scheduling (thesis
 //! chapter 8): correlation of hardware usage with application performance,
 //! resource sensitivity models, the placement decision engine, contracts, and
-//! quota enforcement backends.
+//! quota enforcement backends. The `hwqos-sra` agent is a thin shell around
+//! it.
 //!
-//! - [`analysis`]: align, normalize, Butterworth-filter and correlate the
-//!   resource series *R* with the application metric *x*; pick r̂ above θ;
-//!   table and SVG (thesis Fig. 8.11);
-//! - [`model`]: the resource sensitivity model and manual constraints,
-//!   persisted as JSON with an atomic save;
-//! - [`evaluation`]: one evaluation of the closed loop — frames to
-//!   per-process analyses to an updated model (quotas kept);
-//! - [`decision`]: the decision engine — placement by r̂ and cache domains,
-//!   then by CPU demand, with constraints and explanations;
-//! - [`contract`]: the allocation-and-scheduling contract (`hwqos.contract/1`,
-//!   thesis Fig. 8.9), validation and resolution against this machine;
-//! - [`proc`]: thread lists, task state, verified affinity of every thread;
-//! - [`backend`]: the [`backend::QuotaBackend`] seam with the userspace
-//!   backend (perf overflow signals + SIGSTOP/cgroup freeze) and the
-//!   `SCHED_SRA` kernel class, and [`backend::detect`];
-//! - [`deadman`]: the kernel-held SIGCONT for a throttled process if every hwqos process dies;
-//! - [`guardian`]: the crash guardian that thaws everything if the agent dies;
-//! - [`input`]: bounded reading of regular files, duplicate-key detection;
-//! - [`counter`]: counting perf counters summed over a process's threads;
-//! - [`limit`], [`leech`]: the resource-limit finder (Listing 8.2) and the
-//!   CPU / memory / FPU / page-fault leeches (thesis 8.4.2).
+//! The closed loop, in the order data flows:
+//!
+//! 1. **Analysis** ([`analysis`]): align, normalize, Butterworth-filter and
+//!    correlate the resource series *R* with the application metric *x* of
+//!    each process ([`analysis::ProcessSeries`] →
+//!    [`analysis::ProcessCorrelation`]), and pick r̂, the most correlated
+//!    resource above θ ([`analysis::AnalysisParams`]); text table and SVG
+//!    (thesis Fig. 8.11).
+//! 2. **Evaluation** ([`evaluation`]): one evaluation of the loop — a
+//!    period's frames (live or recorded) to per-process analyses to an
+//!    updated model, CPU demand from `task_clock`, quotas kept
+//!    ([`evaluation::evaluate`], [`evaluation::analyse_frames`],
+//!    [`evaluation::update_model`]).
+//! 3. **Model** ([`model`]): the [`model::SensitivityModel`]
+//!    (`hwqos.sensitivity/1`) — per process what it is sensitive to, its CPU
+//!    demand and its quotas — plus manual [`model::Constraint`]s, persisted as
+//!    JSON with an atomic save.
+//! 4. **Decision** ([`decision`]): [`decision::decide`] places processes by r̂
+//!    and cache domains, then by CPU demand, within the constraints, and
+//!    explains every choice.
+//! 5. **Contract** ([`contract`]): the [`contract::Contract`]
+//!    (`hwqos.contract/1`, thesis Fig. 8.9), validated by
+//!    [`contract::Contract::parse`] and resolved against this machine
+//!    ([`contract::ResolvedEntry`] or [`contract::Skipped`] with a reason),
+//!    never touching the agent itself ([`contract::Guard`]).
+//! 6. **Enforcement**: [`proc::pin_process`] pins every thread and verifies
+//!    it; the [`backend::QuotaBackend`] seam throttles a process once it has
+//!    used its per-period [`backend::QuotaSet`] — the userspace backend (perf
+//!    overflow signals + SIGSTOP or cgroup freeze) or the `SCHED_SRA` kernel
+//!    class, picked by [`backend::detect`].
+//!
+//! Safety nets: the [`guardian`] is a separate process that thaws everything
+//! registered with it if the agent dies; the [`deadman`] switch is a
+//! kernel-held `SIGCONT` for a stopped process if every hwqos process dies.
+//!
+//! Quotas come from the resource-limit finder ([`limit`], thesis Listing
+//! 8.2): [`limit::find_limit`] measures the victim alone through a
+//! [`limit::LimitProbe`] — for real a [`limit::CommandProbe`], *x* from a
+//! shell command and *r* from a [`counter::ProcessCounter`] — then ramps
+//! interference through a [`limit::Ramp`] until *x* falls below ω·x̄. The
+//! interference is a set of [`leech::LeechThreads`] (CPU, memory, FPU or
+//! page-fault leeches at a duty cycle, thesis 8.4.2), which the QoS
+//! experiments also use.
+//!
+//! [`input`] reads files with a size bound and refuses duplicate JSON keys;
+//! every fallible call returns the one error type, [`SchedError`].
+//!
+//! ```
+//! use hwqos_sched::contract::Contract;
+//!
+//! let c = Contract::parse(
+//!     r#"{ "schema": "hwqos.contract/1",
+//!          "entries": [ { "name": "web", "process": "name:nginx",
+//!                         "affinity": [0, 1], "period_us": 10000,
+//!                         "quotas": { "sw.page_faults": 1234 } } ] }"#,
+//! )?;
+//! assert_eq!(c.entries[0].period(), std::time::Duration::from_millis(10));
+//! // A zero quota means nothing: refused, naming the entry.
+//! let bad = c.to_json().replace("1234", "0");
+//! assert!(Contract::parse(&bad).unwrap_err().to_string().contains("`web`"));
+//! # Ok::<(), hwqos_sched::SchedError>(())
+//! ```
+
+#![deny(missing_docs)]
 
 pub mod analysis;
 pub mod backend;

@@ -23,6 +23,8 @@ pub trait Ramp {
     fn set_intensity(&mut self, intensity: f64);
 }
 
+/// The finder's parameters (thesis Listing 8.2's ω, t, δ); [`Default`] is
+/// ω 0.9, 3 s alone, 1 s steps of 0.1, a 10 ms quota period.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct LimitParams {
     /// ω: lowest acceptable fraction of x̄ (0, 1].
@@ -31,7 +33,7 @@ pub struct LimitParams {
     pub baseline: Duration,
     /// δ: how long each ramp step is measured.
     pub step_interval: Duration,
-    /// Intensity added per step.
+    /// Intensity added per step, in (0, 1].
     pub step: f64,
     /// Quota period the result is expressed in.
     pub period: Duration,
@@ -49,18 +51,28 @@ impl Default for LimitParams {
     }
 }
 
+/// One ramp step as measured.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct LimitStep {
+    /// The leech intensity during the step, in (0, 1].
     pub intensity: f64,
+    /// The victim's performance *x* over the step.
     pub x: f64,
+    /// The victim's resource usage *r*, events per second.
     pub r_per_s: f64,
 }
 
+/// What [`find_limit`] measured and the quota it derived.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct LimitResult {
+    /// x̄: the victim's performance alone (leech off), > 0.
     pub x_bar: f64,
+    /// The victim's resource usage alone, events per second.
     pub r_bar_per_s: f64,
+    /// ω·x̄: the lowest acceptable performance.
     pub x_limit: f64,
+    /// Every ramp step in order; the last is the first unacceptable one when
+    /// `degraded`.
     pub steps: Vec<LimitStep>,
     /// The step index whose usage became the quota (last acceptable one);
     /// `None` when even the first step was unacceptable (the alone run is used).

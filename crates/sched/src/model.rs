@@ -10,12 +10,14 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::Path;
 
+/// The `schema` value every model file carries; any other is refused.
 pub const SCHEMA: &str = "hwqos.sensitivity/1";
 
 /// What one process is sensitive to.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ProcessModel {
+    /// Which process this is (`name:X`, `pid:N`, … as in contracts).
     pub process: TargetSelector,
     /// Resources sorted by |Corr(r, x, p)|, highest first; the first is r̂.
     #[serde(default)]
@@ -26,6 +28,7 @@ pub struct ProcessModel {
     /// Quotas found by the resource-limit finder (event → per period).
     #[serde(default)]
     pub quotas: BTreeMap<String, u64>,
+    /// The period of `quotas`, in microseconds (default 10 ms).
     #[serde(default = "default_period_us")]
     pub period_us: u64,
 }
@@ -71,10 +74,13 @@ fn default_period_us() -> u64 {
     10_000
 }
 
+/// One resource a process is sensitive to.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Sensitivity {
+    /// The resource (event) name, as in the analysis.
     pub resource: String,
+    /// Corr(r, x, p), in [-1, 1].
     pub correlation: f64,
     /// Cache level the resource lives at (1, 2, 3…); `None` → from the name
     /// ([`level_of`]).
@@ -83,6 +89,8 @@ pub struct Sensitivity {
 }
 
 impl Sensitivity {
+    /// The cache level this resource lives at: `level` when given, else
+    /// [`level_of`] the name; `None` for CPU-time resources.
     pub fn cache_level(&self) -> Option<u8> {
         self.level.or_else(|| level_of(&self.resource))
     }
@@ -118,19 +126,27 @@ pub fn level_of(resource: &str) -> Option<u8> {
 pub enum Constraint {
     /// Never place `process` on the same core (SMT siblings) as `other`.
     NotSameCore {
+        /// The process to keep apart.
         process: TargetSelector,
+        /// The process it must not share a core with.
         other: TargetSelector,
     },
     /// `process` may only use these CPUs.
     OnlyCpus {
+        /// The process restricted.
         process: TargetSelector,
+        /// The logical CPU numbers it may use.
         cpus: Vec<u32>,
     },
     /// At most `quota` events of `event` per period for `process`.
     MaxEvents {
+        /// The process limited.
         process: TargetSelector,
+        /// The event name (hwqos `sw.*`/`hw.*` or perf name).
         event: String,
+        /// Events allowed per period.
         quota: u64,
+        /// The period, in microseconds (default 10 ms).
         #[serde(default = "default_period_us")]
         period_us: u64,
     },
@@ -140,9 +156,12 @@ pub enum Constraint {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SensitivityModel {
+    /// Always [`SCHEMA`].
     pub schema: String,
+    /// What is known of each process, one per selector.
     #[serde(default)]
     pub processes: Vec<ProcessModel>,
+    /// Constraints the decision engine must respect whatever the model says.
     #[serde(default)]
     pub constraints: Vec<Constraint>,
 }
@@ -161,6 +180,9 @@ impl Default for SensitivityModel {
 pub const MAX_MODEL_BYTES: u64 = 16 << 20;
 
 impl SensitivityModel {
+    /// Parses and validates a model: [`SCHEMA`], no unknown fields, CPU
+    /// demand in (0, 4096], correlations in [-1, 1]; anything else is
+    /// [`SchedError::Invalid`].
     pub fn parse(text: &str) -> Result<SensitivityModel, SchedError> {
         let m: SensitivityModel = serde_json::from_str(text)
             .map_err(|e| SchedError::invalid("sensitivity model", e.to_string()))?;

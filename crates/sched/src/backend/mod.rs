@@ -24,9 +24,11 @@ use serde::{Deserialize, Serialize};
 use std::path::Path;
 use std::time::Duration;
 
-/// Shortest and longest period a backend accepts (the kernel class's limits,
-/// applied to both backends so a contract means the same on either).
+/// Shortest period a backend accepts (the kernel class's limit, applied to
+/// both backends so a contract means the same on either).
 pub const MIN_PERIOD: Duration = Duration::from_micros(100);
+/// Longest period a backend accepts (the kernel class's limit, applied to
+/// both backends).
 pub const MAX_PERIOD: Duration = Duration::from_secs(1);
 /// At most this many events per task (the kernel class's limit).
 pub const MAX_EVENTS: usize = 4;
@@ -48,7 +50,10 @@ pub struct EventQuota {
 /// What a backend enforces on one process: a period and 1–4 event quotas.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct QuotaSet {
+    /// The period after which every quota renews, [`MIN_PERIOD`]..=[`MAX_PERIOD`].
     pub period: Duration,
+    /// 1 to [`MAX_EVENTS`] events, each with its quota per period; no event
+    /// twice. The process is throttled when any one of them is used up.
     pub events: Vec<EventQuota>,
 }
 
@@ -99,7 +104,9 @@ impl QuotaSet {
 /// Per-event statistics of one enforced process.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct EventStats {
+    /// The event's name, from [`EventQuota::name`].
     pub name: String,
+    /// Events allowed per period, as enforced now.
     pub quota: u64,
     /// Events counted in the last complete period.
     pub last_period: u64,
@@ -127,6 +134,7 @@ pub struct PeriodUsage {
 /// exposes in `/proc/<tid>/sched_sra`).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct QuotaStats {
+    /// The enforced process.
     pub pid: u32,
     /// Throttled right now.
     pub throttled: bool,
@@ -136,6 +144,7 @@ pub struct QuotaStats {
     pub throttled_ns: u64,
     /// Periods completed since enforcement started.
     pub nr_periods: u64,
+    /// One entry per quota event, in the quota set's order.
     pub events: Vec<EventStats>,
 }
 
@@ -209,11 +218,16 @@ pub trait QuotaBackend: Send {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum BackendKind {
+    /// [`userspace`]: perf overflow signals and SIGSTOP / cgroup freeze, on
+    /// any stock kernel.
     Userspace,
+    /// [`sched_sra`]: the `SCHED_SRA` kernel scheduling class.
     SchedSra,
 }
 
 impl BackendKind {
+    /// The name used in configs, logs and metrics (`userspace`, `sched_sra`),
+    /// which [`str::parse`] accepts back.
     pub fn as_str(self) -> &'static str {
         match self {
             BackendKind::Userspace => "userspace",

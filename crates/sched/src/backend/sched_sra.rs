@@ -20,6 +20,8 @@ pub const SCHED_SRA: u32 = 8;
 
 /// The policy switch, behind a trait so tests can run against a fake /proc.
 pub trait PolicySwitch: Send {
+    /// Sets the scheduling policy of thread `tid` (`SCHED_SRA` = [`SCHED_SRA`],
+    /// `SCHED_OTHER` = 0), keeping its nice value.
     fn set_policy(&mut self, tid: u32, policy: u32) -> io::Result<()>;
 }
 
@@ -77,6 +79,8 @@ struct Task {
     tids: BTreeSet<u32>,
 }
 
+/// The [`QuotaBackend`] on the `SCHED_SRA` kernel class: the kernel counts
+/// and throttles, this keeps which threads of which process it configured.
 pub struct SchedSraBackend {
     proc_root: PathBuf,
     switch: Box<dyn PolicySwitch>,
@@ -113,6 +117,9 @@ impl SchedSraBackend {
         Self::with_switch(proc_root, Box::new(Syscall))
     }
 
+    /// [`SchedSraBackend::open`] with another policy switch (tests use a fake
+    /// one over a fake `proc_root`). Fails with [`SchedError::Unsupported`]
+    /// when `<proc_root>/sched_sra` does not exist.
     pub fn with_switch(
         proc_root: &Path,
         switch: Box<dyn PolicySwitch>,

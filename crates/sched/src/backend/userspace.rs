@@ -59,20 +59,35 @@ pub enum ThrottleMethod {
     Sigstop,
     /// Move the process into its own cgroup under this cgroup2 directory and
     /// freeze it through `cgroup.freeze`.
-    Freeze { parent: PathBuf },
+    Freeze {
+        /// The cgroup2 directory under which each process gets its own cgroup.
+        parent: PathBuf,
+    },
 }
 
 /// Where the overflow signal goes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum OverflowRoute {
+    /// A real-time signal to the backend's overflow thread, which throttles
+    /// the process (either [`ThrottleMethod`]; needed for lending). Overshoot
+    /// is the agent's wake-up latency times the event rate.
     Agent,
+    /// `SIGSTOP` from the kernel straight to the counted thread (the default,
+    /// the precise route): only with [`ThrottleMethod::Sigstop`], no lending,
+    /// and only for processes the kernel lets this one signal (same user or
+    /// root).
     Direct,
 }
 
+/// How the userspace backend runs; [`Default`] is `/proc`, SIGSTOP, the direct
+/// route, `SIGRTMIN+4`, `SCHED_FIFO` 10, no lending.
 #[derive(Clone, Debug)]
 pub struct UserspaceOptions {
+    /// Where `/proc` is (thread lists, status); a fake tree in tests.
     pub proc_root: PathBuf,
+    /// How a process is throttled when its quota is used up.
     pub method: ThrottleMethod,
+    /// Where the counter-overflow signal goes.
     pub route: OverflowRoute,
     /// Offset from `SIGRTMIN` of the overflow signal.
     pub rt_signal_offset: i32,
