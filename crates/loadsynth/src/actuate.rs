@@ -16,6 +16,8 @@ use std::time::{Duration, Instant};
 /// The data-cache levels of the node: L1D, L2, LLC (shallowest first).
 #[derive(Clone, Debug, PartialEq)]
 pub struct CacheLevels {
+    /// Each level's miss-ratio metric and geometry, shallowest first; only
+    /// levels whose size, ways and line size are all known.
     pub levels: Vec<(LoadMetric, dcache::Geometry)>,
 }
 
@@ -35,12 +37,16 @@ impl CacheLevels {
         CacheLevels { levels }
     }
 
+    /// The line size in bytes of the shallowest level (64 when no level is
+    /// known).
     pub fn line_size(&self) -> usize {
         self.levels
             .first()
             .map_or(64, |(_, g)| g.line_size as usize)
     }
 
+    /// The size in bytes of the deepest level (32 MiB when no level is
+    /// known).
     pub fn llc_bytes(&self) -> u64 {
         self.levels.last().map_or(32 << 20, |(_, g)| g.size_bytes)
     }

@@ -89,7 +89,9 @@ impl SafetyCaps {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, Default)]
 #[serde(default, deny_unknown_fields)]
 pub struct LoadConfig {
+    /// Upper bounds every knob is clamped to.
     pub caps: SafetyCaps,
+    /// Where and how the file I/O generator writes.
     pub io: IoSettings,
     /// Use 2 MiB transparent huge pages for the TLB generator.
     pub tlb_huge_pages: bool,

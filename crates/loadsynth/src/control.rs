@@ -33,8 +33,11 @@ use std::collections::BTreeMap;
 /// Gains in knob units per metric unit (per second for `ki`, seconds for `kd`).
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Gains {
+    /// Proportional gain: knob change per unit of error.
     pub kp: f64,
+    /// Integral gain, per second: rescaled by each step's actual interval.
     pub ki: f64,
+    /// Derivative gain, in seconds: divided by each step's actual interval.
     pub kd: f64,
 }
 
@@ -53,10 +56,15 @@ impl Gains {
 /// A controller's state worth storing in a model.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ControllerState {
+    /// The gains it ran with.
     pub gains: Gains,
+    /// The feed-forward knob value the PID output is centred on.
     pub bias: f64,
+    /// The PID integral term at the last step, in knob units.
     pub integral: f64,
+    /// The knob it last set, within `range`.
     pub knob: f64,
+    /// The actuator's `(min, max)` knob range from the safety caps.
     pub range: (f64, f64),
 }
 
@@ -90,6 +98,7 @@ impl Controller {
         }
     }
 
+    /// The current setpoint, in the metric's unit.
     pub fn target(&self) -> f64 {
         self.pid.setpoint
     }
@@ -99,6 +108,7 @@ impl Controller {
         self.pid.setpoint(target);
     }
 
+    /// The knob of the last step (the bias before the first), within range.
     pub fn knob(&self) -> f64 {
         self.knob
     }
@@ -124,6 +134,7 @@ impl Controller {
         self.knob
     }
 
+    /// A snapshot for a model file.
     pub fn state(&self) -> ControllerState {
         ControllerState {
             gains: self.gains,
@@ -139,11 +150,14 @@ impl Controller {
 /// consecutive samples.
 #[derive(Clone, Debug)]
 pub struct Convergence {
+    /// Samples within tolerance that count as converged; for a
+    /// [`ClosedLoop`] also the length of each pair's averaging window.
     pub needed: u32,
     streak: u32,
 }
 
 impl Convergence {
+    /// Not converged, needing `needed` samples.
     pub fn new(needed: u32) -> Convergence {
         Convergence { needed, streak: 0 }
     }
@@ -152,6 +166,7 @@ impl Convergence {
         self.streak = if all_within { self.streak + 1 } else { 0 };
         self.converged()
     }
+    /// Whether the last `needed` verdicts were all within tolerance.
     pub fn converged(&self) -> bool {
         self.streak >= self.needed
     }
@@ -168,16 +183,25 @@ pub fn within(metric: LoadMetric, tolerance: (f64, f64), target: f64, measured: 
 /// One controlled pair's progress, for progress bars and reports.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct PairStatus {
+    /// The controlled metric.
     pub metric: LoadMetric,
+    /// The CPU it is controlled on.
     pub cpu: u32,
+    /// The current setpoint, in the metric's unit.
     pub target: f64,
+    /// The last measured value; `None` until one arrived.
     pub measured: Option<f64>,
+    /// The knob the controller last set.
     pub knob: f64,
+    /// Whether the pair's full convergence window is within tolerance (see
+    /// the module notes).
     pub within: bool,
 }
 
 /// Something the loop can turn: normally [`crate::actuate::Actuators`].
 pub trait KnobSink {
+    /// Sets the knob of `metric` on `cpu` to `value` (already clamped to its
+    /// range); a pair the sink has no generator for is ignored.
     fn set(&mut self, metric: LoadMetric, cpu: u32, value: f64);
 }
 
@@ -191,8 +215,11 @@ impl KnobSink for crate::actuate::Actuators {
 
 /// The closed loop over many (metric, CPU) pairs.
 pub struct ClosedLoop {
+    /// One controller per (metric, CPU) pair.
     pub controllers: BTreeMap<(LoadMetric, u32), Controller>,
+    /// Each pair's `(absolute, relative)` tolerance; the larger applies.
     pub tolerance: BTreeMap<(LoadMetric, u32), (f64, f64)>,
+    /// The convergence verdict; its `needed` is the window length.
     pub convergence: Convergence,
     last: BTreeMap<(LoadMetric, u32), f64>,
     /// The last `needed` measurements per pair (the convergence window).
@@ -203,6 +230,7 @@ pub struct ClosedLoop {
 }
 
 impl ClosedLoop {
+    /// An empty loop whose convergence window is `needed` samples.
     pub fn new(needed: u32) -> ClosedLoop {
         ClosedLoop {
             controllers: BTreeMap::new(),

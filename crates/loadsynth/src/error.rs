@@ -5,7 +5,12 @@
 pub enum LoadError {
     /// A target or model file that cannot be used (schema, values, names).
     #[error("{path}: {reason}")]
-    BadFile { path: String, reason: String },
+    BadFile {
+        /// The file, as the caller named it.
+        path: String,
+        /// What is wrong with it, for a human.
+        reason: String,
+    },
     /// A model made on different hardware.
     #[error("{0}")]
     WrongNode(String),

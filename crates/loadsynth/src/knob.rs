@@ -10,12 +10,16 @@ use std::sync::Arc;
 pub struct Knob(Arc<AtomicU64>);
 
 impl Knob {
+    /// A knob set to `value`, in the generator's knob unit.
     pub fn new(value: f64) -> Knob {
         Knob(Arc::new(AtomicU64::new(value.to_bits())))
     }
+    /// The current value, as last [`set`](Knob::set).
     pub fn get(&self) -> f64 {
         f64::from_bits(self.0.load(Ordering::Relaxed))
     }
+    /// Sets the value; the generator sees it within a slice (~10 ms).
+    /// Clamping to a range is the caller's job.
     pub fn set(&self, value: f64) {
         self.0.store(value.to_bits(), Ordering::Relaxed);
     }
@@ -26,12 +30,15 @@ impl Knob {
 pub struct StopFlag(Arc<AtomicBool>);
 
 impl StopFlag {
+    /// A flag not yet set.
     pub fn new() -> StopFlag {
         StopFlag::default()
     }
+    /// Sets the flag, for every clone; it is never cleared.
     pub fn stop(&self) {
         self.0.store(true, Ordering::SeqCst);
     }
+    /// Whether [`stop`](StopFlag::stop) was called on any clone.
     pub fn is_stopped(&self) -> bool {
         self.0.load(Ordering::Relaxed)
     }
@@ -46,9 +53,11 @@ impl StopFlag {
 pub struct WorkCounter(Arc<AtomicU64>);
 
 impl WorkCounter {
+    /// Adds `n` units of work.
     pub fn add(&self, n: u64) {
         self.0.fetch_add(n, Ordering::Relaxed);
     }
+    /// All work added so far, by every clone.
     pub fn total(&self) -> u64 {
         self.0.load(Ordering::Relaxed)
     }
@@ -60,6 +69,8 @@ impl WorkCounter {
 pub struct Carry(f64);
 
 impl Carry {
+    /// Adds `amount` (negative counts as 0) to the remainder and returns its
+    /// whole part, keeping the fraction for the next call.
     pub fn take(&mut self, amount: f64) -> u64 {
         self.0 += amount.max(0.0);
         let whole = self.0.floor();

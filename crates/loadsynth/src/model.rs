@@ -11,20 +11,28 @@ use hwqos_topology::HardwareModel;
 use serde::{Deserialize, Serialize};
 use std::path::Path;
 
+/// The `schema` value every model file carries; any other is refused.
 pub const MODEL_SCHEMA: &str = "hwqos.loadmodel/1";
 
 /// One synthesized pair.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ModelEntry {
+    /// The metric reproduced.
     pub metric: LoadMetric,
+    /// The CPU it was reproduced on.
     pub cpu: u32,
+    /// The target mean, in the metric's unit.
     pub target: f64,
     /// The knob to replay (mean over the converged hold window).
     pub knob: f64,
+    /// The controller's state at the end of synthesis (closed-loop replay
+    /// resumes from it).
     pub controller: ControllerState,
+    /// `(absolute, relative)` tolerance it converged to; the larger applies.
     pub tolerance: (f64, f64),
-    /// Mean measured value over the hold window after convergence.
+    /// Mean measured value over the hold window after convergence; `None`
+    /// when nothing was measured for the pair then.
     #[serde(default)]
     pub measured: Option<f64>,
     /// The target's series `(seconds, value)` for `--dynamic` replay.
@@ -43,7 +51,9 @@ pub enum ModelScope {
     /// Only processes: the synthesizing process itself (`this_process`) and
     /// `others` (PIDs of that time, e.g. a background load that was topped up).
     Processes {
+        /// Whether the synthesizing process itself was measured.
         this_process: bool,
+        /// Other processes measured, by their PIDs at the time.
         #[serde(default)]
         others: Vec<u32>,
     },
@@ -53,21 +63,28 @@ pub enum ModelScope {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct LoadModel {
+    /// Always [`MODEL_SCHEMA`].
     pub schema: String,
+    /// When it was made, RFC 3339 UTC.
     pub created: String,
     /// The node the knobs were found on.
     pub node: HardwareModel,
     /// Seconds the closed loop took to converge.
     pub convergence_s: f64,
+    /// Measurement intervals the closed loop took to converge.
     pub samples: u64,
+    /// Length of one measurement interval, seconds.
     pub period_s: f64,
     /// What was measured (models written before this field: the whole CPU).
     #[serde(default)]
     pub measured_on: ModelScope,
+    /// One entry per synthesized (metric, CPU) pair.
     pub entries: Vec<ModelEntry>,
 }
 
 impl LoadModel {
+    /// Checks the schema, every target against its metric's valid values
+    /// and every knob against its range; the error says which entry.
     pub fn validate(&self) -> Result<(), String> {
         if self.schema != MODEL_SCHEMA {
             return Err(format!(
@@ -90,6 +107,8 @@ impl LoadModel {
         Ok(())
     }
 
+    /// Reads (at most [`crate::targets::MAX_FILE_BYTES`]) and validates a
+    /// model file; any problem is [`LoadError::BadFile`] naming `path`.
     pub fn load(path: &Path) -> Result<LoadModel, LoadError> {
         let value = read_checked(path, MODEL_SCHEMA)?;
         let bad = |reason: String| LoadError::BadFile {

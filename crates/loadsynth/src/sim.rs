@@ -40,6 +40,8 @@ pub struct SimPlant {
     sampler: Sampler,
     cpus: Vec<u32>,
     period_ns: u64,
+    /// Time constant of the first-order lag from knob to effect, seconds
+    /// (default 0.3).
     pub lag_s: f64,
     knobs: BTreeMap<(LoadMetric, u32), f64>,
     effect: BTreeMap<(LoadMetric, u32), f64>,
@@ -49,6 +51,8 @@ pub struct SimPlant {
 }
 
 impl SimPlant {
+    /// A plant over `cpus` that advances `period_s` seconds per measurement,
+    /// with no background load and no knobs set.
     pub fn new(cpus: &[u32], period_s: f64) -> Result<SimPlant, LoadError> {
         let sim = SimBackend::new(16);
         let cfg = SamplerConfig {

@@ -18,7 +18,10 @@ use std::time::Duration;
 pub struct Measurement {
     /// End of the interval (monotonic ns).
     pub t_ns: u64,
+    /// Length of the interval, ns.
     pub interval_ns: u64,
+    /// Each measured metric's value on each CPU, in the metric's unit
+    /// ([`LoadMetric`]); a pair absent from the map was not measured.
     pub values: BTreeMap<(LoadMetric, u32), f64>,
 }
 

@@ -187,10 +187,16 @@ impl MetricSource for TimedSource<'_> {
 /// The measured deviation of one replayed pair.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Deviation {
+    /// The replayed metric.
     pub metric: LoadMetric,
+    /// The CPU it was replayed on.
     pub cpu: u32,
+    /// The model's target, in the metric's unit.
     pub target: f64,
+    /// The mean measured after the warm-up (for a self-reported metric, the
+    /// work done over the whole replay per second).
     pub measured: f64,
+    /// Intervals averaged into `measured` (1 for a self-reported metric).
     pub samples: usize,
     /// (measured − target) / target (absolute difference when the target is 0).
     pub relative: f64,

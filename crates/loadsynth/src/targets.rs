@@ -11,6 +11,7 @@ use hwqos_topology::HardwareModel;
 use serde::{Deserialize, Serialize};
 use std::path::Path;
 
+/// The `schema` value every targets file carries; any other is refused.
 pub const TARGETS_SCHEMA: &str = "hwqos.loadtargets/1";
 
 /// Longest target or model file accepted (the series are bounded by it).
@@ -20,9 +21,14 @@ pub const MAX_FILE_BYTES: u64 = 256 << 20;
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Target {
+    /// The metric to reproduce.
     pub metric: LoadMetric,
+    /// The CPU it was measured on.
     pub cpu: u32,
+    /// Its mean over the recording, in the metric's unit (the static target).
     pub mean: f64,
+    /// Its standard deviation over the recording (informational; 0 when
+    /// not given).
     #[serde(default)]
     pub stddev: f64,
     /// `(seconds since the recording's start, value)` per sample.
@@ -33,9 +39,13 @@ pub struct Target {
 /// Where the targets came from.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct CaptureSource {
+    /// The recording file, as the caller named it.
     pub recording: String,
+    /// The node name in the recording's header.
     pub node: String,
+    /// The recording's sampling rate, Hz.
     pub rate_hz: f64,
+    /// Frames the recording held.
     pub frames: usize,
 }
 
@@ -43,11 +53,15 @@ pub struct CaptureSource {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct LoadTargets {
+    /// Always [`TARGETS_SCHEMA`].
     pub schema: String,
+    /// When the file was made, RFC 3339 UTC.
     pub created: String,
+    /// The recording captured; `None` for hand-written targets.
     pub source: Option<CaptureSource>,
     /// The production node's hardware model (topology and OS inventory).
     pub hardware: Option<HardwareModel>,
+    /// The pairs to reproduce, no (metric, CPU) twice.
     pub targets: Vec<Target>,
 }
 
@@ -116,6 +130,8 @@ impl LoadTargets {
         Ok(())
     }
 
+    /// Reads (at most [`MAX_FILE_BYTES`]) and validates a targets file; any
+    /// problem is [`LoadError::BadFile`] naming `path`.
     pub fn load(path: &Path) -> Result<LoadTargets, LoadError> {
         let value = read_checked(path, TARGETS_SCHEMA)?;
         let bad = |reason: String| LoadError::BadFile {

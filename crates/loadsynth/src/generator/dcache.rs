@@ -30,12 +30,16 @@ use serde::{Deserialize, Serialize};
 /// One cache level's geometry.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Geometry {
+    /// Capacity in bytes.
     pub size_bytes: u64,
+    /// Associativity (lines per set).
     pub ways: u32,
+    /// Line size in bytes.
     pub line_size: u32,
 }
 
 impl Geometry {
+    /// Number of sets: size / (ways × line size).
     pub fn sets(&self) -> u64 {
         self.size_bytes / (self.ways as u64 * self.line_size as u64).max(1)
     }
@@ -72,6 +76,7 @@ const HOT_LINES: u64 = 16;
 /// The address layout for a list of data-cache levels, shallowest first.
 #[derive(Clone, Debug)]
 pub struct Plan {
+    /// The levels it was laid out for, shallowest first.
     pub levels: Vec<Geometry>,
     line: u64,
     /// Per stream: (offset of the first line from the mapping's start, stride, lines).
@@ -226,6 +231,8 @@ pub struct Buffer {
 }
 
 impl Buffer {
+    /// Maps the plan's memory (advised to use transparent huge pages, see the
+    /// module notes); fails only if the mapping does.
     pub fn new(plan: Plan) -> std::io::Result<Buffer> {
         let map = AnonMapping::map(plan.len)?;
         map.advise(0, map.len(), libc::MADV_HUGEPAGE);

@@ -16,8 +16,10 @@ use std::path::PathBuf;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, Default)]
 #[serde(rename_all = "snake_case")]
 pub enum Pattern {
+    /// Block after block, wrapping at the end of the file (the default).
     #[default]
     Sequential,
+    /// A pseudo-random block of the file each time.
     Random,
 }
 
@@ -38,10 +40,16 @@ pub enum SyncMode {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct IoSettings {
+    /// Directory of the generator's file (default: the system temp dir).
     pub dir: PathBuf,
+    /// Bytes per write (default 64 KiB; at least 512 is used).
     pub block_bytes: usize,
+    /// Size of the file the writes cycle over (default 64 MiB); total volume
+    /// is bounded by the I/O cap, not by this.
     pub file_bytes: u64,
+    /// Where each block goes.
     pub pattern: Pattern,
+    /// How each block reaches the disk.
     pub sync: SyncMode,
 }
 

@@ -40,7 +40,9 @@ pub(crate) fn pin_to_cpu(cpu: u32) -> std::io::Result<()> {
 /// What every generator thread gets.
 #[derive(Clone, Debug)]
 pub struct Context {
+    /// The CPU the thread pins itself to.
     pub cpu: u32,
+    /// Set to stop; checked at least every [`SLICE`].
     pub stop: StopFlag,
     /// Work done (bytes, events), for self-reported metrics and tests.
     pub done: WorkCounter,
@@ -51,7 +53,9 @@ pub struct Context {
 /// One generator thread: its kernel thread id and CPU-time clock.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Sibling {
+    /// Kernel thread id (for `/proc/self/task/TID`).
     pub tid: i32,
+    /// The thread's CPU-time clock (see [`clock_ns`]).
     pub clock: libc::clockid_t,
 }
 
@@ -80,6 +84,7 @@ impl Siblings {
             .push(Sibling { tid, clock });
     }
 
+    /// The threads registered so far (some may have exited).
     pub fn list(&self) -> Vec<Sibling> {
         self.0.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
