@@ -26,32 +26,53 @@ use std::sync::{Arc, Mutex};
 /// What one process of the contract got.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Applied {
+    /// The name of the contract entry that covers the process.
     pub entry: String,
+    /// The CPUs the entry pins it to (empty: its affinity is left alone).
     pub affinity: Vec<u32>,
+    /// Threads pinned and verified on the last pass (0 without affinity).
     pub pinned_threads: usize,
+    /// Whether the backend enforces the entry's quotas on it.
     pub enforced: bool,
 }
 
 /// What the agent enforces, as `/metrics` shows it.
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct AgentState {
+    /// The quota backend in use (`userspace` or `sched_sra`).
     pub backend: String,
+    /// The throttle mechanism word (`sigstop`, `freeze`).
     pub throttle: String,
+    /// The overflow route (`direct`, `agent`).
     pub route: String,
+    /// Version of the contract applied (0: none).
     pub contract_version: u64,
+    /// Evaluation periods completed (`run`).
     pub evaluations: u64,
     /// Frames from the node monitor's live API.
     pub frames_from_monitor: u64,
     /// Frames from the agent's own sampler.
     pub frames_sampled: u64,
+    /// What each covered process got, by pid.
     pub applied: BTreeMap<u32, Applied>,
+    /// The backend's quota statistics of each enforced process, by pid.
     pub quota: BTreeMap<u32, QuotaStats>,
+    /// Contract entries that could not apply, with the reasons.
     pub skipped: Vec<Skipped>,
+    /// Pinning or enforcement failures since start.
     pub apply_errors: u64,
+    /// Median latency in ns from reading an overflow signal to issuing the
+    /// throttle (agent route; `None` before the first one).
     pub stop_latency_p50_ns: Option<u64>,
+    /// 99th percentile of the same latency, in ns.
     pub stop_latency_p99_ns: Option<u64>,
 }
 
+/// The enforcing agent: one quota backend, the current contract and what
+/// it applied, and (optionally) a crash guardian that thaws everything if
+/// the agent dies. [`Agent::apply`] installs a contract,
+/// [`Agent::maintain`] follows process churn, [`Agent::shutdown`] releases
+/// all.
 pub struct Agent {
     backend: Box<dyn QuotaBackend>,
     backend_kind: BackendKind,
@@ -144,6 +165,7 @@ impl Agent {
         })
     }
 
+    /// The quota backend in use (the detected one when `auto`).
     pub fn backend_kind(&self) -> BackendKind {
         self.backend_kind
     }

@@ -9,10 +9,13 @@ use std::path::PathBuf;
 #[derive(Parser, Debug)]
 #[command(name = "hwqos-sra", version)]
 pub struct Cli {
+    /// The subcommand to run.
     #[command(subcommand)]
     pub command: Command,
 }
 
+/// The subcommands: `run` is the systemd agent; the others are its steps
+/// one at a time, `thaw` its ExecStopPost, `__guardian` its crash guardian.
 #[derive(Subcommand, Debug)]
 pub enum Command {
     /// Run the monitor → analyse → decide → apply loop every evaluation period.
@@ -77,10 +80,12 @@ pub struct EnforceArgs {
     pub state_dir: PathBuf,
 }
 
+/// `apply`'s arguments.
 #[derive(Args, Debug)]
 pub struct ApplyArgs {
     /// The contract (hwqos.contract/1 JSON).
     pub contract: PathBuf,
+    /// How the contract's quotas are enforced.
     #[command(flatten)]
     pub enforce: EnforceArgs,
     /// Serve OpenMetrics on this address (e.g. 127.0.0.1:9466).
@@ -99,6 +104,7 @@ pub struct ApplyArgs {
     pub allow_partial: bool,
 }
 
+/// `analyse`'s arguments.
 #[derive(Args, Debug)]
 pub struct AnalyseArgs {
     /// A monitor recording (JSON lines).
@@ -129,6 +135,7 @@ pub struct AnalyseArgs {
     pub model: Option<PathBuf>,
 }
 
+/// `decide`'s arguments.
 #[derive(Args, Debug)]
 pub struct DecideArgs {
     /// Sensitivity model (hwqos.sensitivity/1 JSON).
@@ -142,6 +149,7 @@ pub struct DecideArgs {
     pub out: Option<PathBuf>,
 }
 
+/// `find-limit`'s arguments.
 #[derive(Args, Debug)]
 pub struct FindLimitArgs {
     /// The victim process.
@@ -186,6 +194,7 @@ pub struct FindLimitArgs {
     pub model: Option<PathBuf>,
 }
 
+/// `leech`'s arguments.
 #[derive(Args, Debug)]
 pub struct LeechArgs {
     /// cpu, memory, fpu or faults.

@@ -45,25 +45,50 @@ pub const DEFAULT_MONITOR_SOCKET: &str = "/run/hwqos/monitor.sock";
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Config {
+    /// `[agent]`: the loop's timing, files and enforcement (optional).
     #[serde(default)]
     pub agent: AgentSection,
+    /// `[monitor]`: what is sampled (required: `targets` and `x_metric`).
     pub monitor: MonitorSection,
+    /// `[analysis]`: how resources are correlated with x (optional).
     #[serde(default)]
     pub analysis: AnalysisSection,
 }
 
+/// `[agent]`: the closed loop and how it enforces.
 #[derive(Clone, Debug, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct AgentSection {
+    /// Seconds between monitor → analyse → decide → apply passes (at least
+    /// 1; default 30).
     pub evaluation_period_s: f64,
+    /// How often the targets' counters and x are sampled, in ms (positive,
+    /// at most a third of the evaluation period; default 100).
     pub sample_interval_ms: u64,
+    /// The sensitivity model, kept across restarts (default
+    /// `/var/lib/hwqos-sra/model.json`).
     pub model: PathBuf,
+    /// Where the last contract is saved and re-applied from at start
+    /// (default `/var/lib/hwqos-sra/contract.json`).
     pub contract: PathBuf,
+    /// Directory of the throttle state file that `hwqos-sra thaw` reads
+    /// (default `/run/hwqos-sra`).
     pub state_dir: PathBuf,
+    /// Address of the OpenMetrics `/metrics` endpoint (default
+    /// `127.0.0.1:9466`).
     pub metrics_listen: Option<String>,
+    /// Quota backend: `auto` (default: the SCHED_SRA class when
+    /// `/proc/sched_sra` exists, else userspace), `userspace` or `sched_sra`.
     pub backend: String,
+    /// Userspace backend's throttle: `sigstop` (default) or `freeze` (cgroup
+    /// v2 freezer).
     pub throttle: String,
+    /// Userspace backend's overflow route: `direct` (default: the kernel
+    /// stops the task at the overflow) or `agent` (the signal goes to the
+    /// agent, which throttles; needed to throttle other users' processes).
     pub route: String,
+    /// SCHED_FIFO priority of the overflow and renewal threads (0: none,
+    /// else 1..=99; default 10).
     pub rt_priority: i32,
     /// MemGuard-style lending of unused budget (needs route = "agent").
     pub lending: bool,
@@ -90,13 +115,23 @@ impl Default for AgentSection {
     }
 }
 
+/// `[monitor]`: the processes, resources and application metric sampled.
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct MonitorSection {
+    /// Processes to analyse and enforce (`pid:N`, `name:X`, `regex:X`,
+    /// `cgroup:/PATH`, `unit:NAME`); required, at least one.
     pub targets: Vec<TargetSelector>,
+    /// The resources R correlated with x, as event names (default: the
+    /// software events page faults, task clock, context switches and CPU
+    /// migrations).
     #[serde(default = "default_events")]
     pub events: Vec<String>,
+    /// The application performance metric x, an `app.*` metric from
+    /// `app_sources`; required.
     pub x_metric: String,
+    /// Where x comes from (`[[monitor.app_sources]]`: socket, tail_file or
+    /// command, as in the monitor's `[[app]]`; default none).
     #[serde(default)]
     pub app_sources: Vec<AppSource>,
     /// The node monitor's live API socket. While `hwqos-monitor` serves it,
@@ -120,12 +155,19 @@ fn default_events() -> Vec<String> {
     ]
 }
 
+/// `[analysis]`: the correlation of resources with x.
 #[derive(Clone, Debug, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct AnalysisSection {
+    /// Common time base of R and x in ms (positive; default 100).
     pub step_ms: u64,
+    /// Order of the forward-backward Butterworth low-pass (1..=8; default 4).
     pub filter_order: usize,
+    /// Its cutoff as a fraction of the Nyquist frequency (> 0, ≥ 1 disables
+    /// the filter; default 0.2).
     pub filter_cutoff: f64,
+    /// θ: a resource counts as r̂ when |Corr(r, x)| is at least this (0..=1;
+    /// default 0.5).
     pub threshold: f64,
 }
 

@@ -9,7 +9,10 @@ use std::path::{Path, PathBuf};
 /// What `thaw` reads: everything the agent may have throttled.
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct ThrottleState {
+    /// Processes that may be stopped (SIGSTOP throttle): each gets SIGCONT.
     pub pids: Vec<u32>,
+    /// Freezer cgroups that may be frozen (`freeze` throttle): each and its
+    /// children are thawed.
     pub cgroups: Vec<PathBuf>,
 }
 
