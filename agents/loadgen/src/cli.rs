@@ -13,10 +13,13 @@ pub struct Cli {
     /// Configuration file (TOML: safety caps, I/O generator settings, agent model).
     #[arg(short = 'c', long, global = true, value_name = "FILE")]
     pub config: Option<PathBuf>,
+    /// The command to run.
     #[command(subcommand)]
     pub command: Command,
 }
 
+/// The commands: capture, targets, synthesize and replay are the capture →
+/// synthesize → replay workflow; run is the systemd agent.
 #[derive(Subcommand, Debug)]
 pub enum Command {
     /// Per metric and CPU, the mean and time series of a monitor recording.
@@ -42,8 +45,10 @@ pub enum Command {
     },
     /// Write a targets file by hand: `METRIC@CPU=VALUE` (e.g. cpu_util@1=0.35).
     Targets {
+        /// One target per metric and CPU (e.g. cpu_util@1=0.35).
         #[arg(required = true, value_name = "METRIC@CPU=VALUE")]
         targets: Vec<String>,
+        /// Output targets file (`hwqos.loadtargets/1`).
         #[arg(short = 'o', long = "output", value_name = "FILE")]
         output: PathBuf,
     },
@@ -54,6 +59,7 @@ pub enum Command {
         /// Output model (`hwqos.loadmodel/1`).
         #[arg(short = 'o', long = "output", value_name = "FILE")]
         output: PathBuf,
+        /// The closed loop's settings.
         #[command(flatten)]
         loop_args: LoopArgs,
     },
@@ -112,6 +118,7 @@ pub enum Command {
     /// Run generators open loop at fixed knobs (a background load, or a
     /// workload to record): `--knob METRIC@CPU=VALUE`, repeatable.
     Generate {
+        /// A generator's fixed knob (repeatable; e.g. cpu_util@1=0.15).
         #[arg(long = "knob", required = true, value_name = "METRIC@CPU=VALUE")]
         knobs: Vec<String>,
         /// Seconds to run (default: until SIGINT/SIGTERM).
@@ -122,11 +129,14 @@ pub enum Command {
     /// model: `--level SIZE,WAYS,LINE` per level, shallowest first.
     #[command(hide = true)]
     GenDcache {
+        /// One cache level's geometry in bytes, cachegrind's `--D1=` syntax
+        /// (repeatable, shallowest first; e.g. 32768,8,64).
         #[arg(long = "level", required = true, value_name = "SIZE,WAYS,LINE")]
         levels: Vec<String>,
         /// Miss ratio per level (misses per access at that level), comma-separated.
         #[arg(long, value_name = "R1,R2,..")]
         ratios: String,
+        /// Number of reads to make.
         #[arg(long, default_value_t = 20_000_000)]
         reads: u64,
     },

@@ -1,12 +1,19 @@
-//! hwqos-loadgen: the command layer over [`hwqos_loadsynth::workflow`] —
-//! what each command does lives there; here are the configuration file,
+//! The load generator agent's library: the command layer over
+//! [`hwqos_loadsynth::workflow`] for the capture → synthesize → replay
+//! workflow (thesis 6.2.1: capture a production node's hardware usage,
+//! synthesize it on a test node with feedback control, replay it). What each
+//! command does lives in `hwqos-loadsynth`; here are the configuration file,
 //! the signal thread, the progress bars, the `/metrics` exposition, systemd
-//! notification and exit statuses.
+//! notification and exit statuses. The binary's `main.rs` is thin glue: it
+//! parses [`cli::Cli`] and hands it to [`run`], whose lifecycle is
+//! `hwqos-agent`'s.
 //!
 //! - [`cli`]: the clap definitions (public for man pages and completions);
-//! - [`AgentConfig`]: the TOML configuration (safety caps, I/O settings, model);
-//! - [`metrics`]: the OpenMetrics `/metrics` exposition;
-//! - [`run`]: executes one command.
+//! - [`AgentConfig`]: the TOML configuration (safety caps, I/O settings,
+//!   huge pages, nice value, [`RunSection`] for the agent's model,
+//!   [`MetricsSection`]; `deploy/config/loadgen.toml` explains each key);
+//! - [`metrics`]: the OpenMetrics `/metrics` exposition (`hwqos_loadgen_*`);
+//! - [`run`]: executes one command and returns the exit status.
 //!
 //! The lifecycle is [`hwqos_agent::lifecycle`]'s: exit status 0 (SIGTERM
 //! included), 1 runtime failure, 2 bad input; configuration errors name
@@ -21,6 +28,8 @@
 //! context switches to what is measured), and a signal that arrives during
 //! start-up stays pending until the flag exists. This replaces
 //! `hwqos_agent::lifecycle::StopSignals` (a handler) for this agent.
+
+#![deny(missing_docs)]
 
 pub mod cli;
 pub mod metrics;
@@ -53,7 +62,12 @@ const AGENT: &str = "hwqos-loadgen";
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct RunSection {
+    /// The model (`hwqos.loadmodel/1`, written by `synthesize`) that `run`
+    /// replays when its command line names none. No default: until it is
+    /// set, `check-config` and `run` exit 2 naming `[run] model`.
     pub model: Option<PathBuf>,
+    /// Replay the model's recorded time series, not just its means (default
+    /// off).
     pub dynamic: bool,
     /// Apply the model's knobs fixed instead of holding its targets.
     pub open_loop: bool,
@@ -88,12 +102,21 @@ impl Default for MetricsSection {
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct AgentConfig {
+    /// `[caps]`: hard limits no model, controller or knob can exceed (memory
+    /// of all generators, CPU share, I/O bytes and rate, fault, switch and
+    /// memory-bandwidth rates); a model needing more memory is refused
+    /// before anything starts, every knob is clamped to its cap.
     pub caps: SafetyCaps,
+    /// `[io]`: the file I/O generator (directory, block and file size,
+    /// access pattern, sync mode); its file is removed on stop.
     pub io: IoSettings,
+    /// Use 2 MiB transparent huge pages for the DTLB generator (default off).
     pub tlb_huge_pages: bool,
     /// Nice value of the generator threads (see `LoadConfig::nice`).
     pub nice: Option<i32>,
+    /// `[run]`: what the `run` command (the systemd service) replays.
     pub run: RunSection,
+    /// `[metrics]`: the `/metrics` endpoint of `run`.
     pub metrics: MetricsSection,
 }
 

@@ -25,9 +25,12 @@ use prometheus_client::registry::Unit;
 /// One (metric, CPU) pair's state.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct PairGauges {
+    /// The value the pair's metric is held at (in the metric's unit).
     pub target: f64,
     /// None until the first measurement (or when the command measures nothing).
     pub measured: Option<f64>,
+    /// The generator's knob now (duty cycle, rate or ratio, in the
+    /// generator's unit).
     pub knob: f64,
     /// Within tolerance for the needed number of consecutive intervals now.
     pub converged: bool,
@@ -51,6 +54,7 @@ pub struct LoopState {
 }
 
 impl LoopState {
+    /// A loop of command `mode` on file `model` with no pairs yet.
     pub fn new(mode: &str, model: &str) -> LoopState {
         LoopState {
             mode: mode.into(),
@@ -91,6 +95,8 @@ impl LoopState {
     }
 }
 
+/// The loop state shared between the command loop (writer) and the
+/// [`MetricsServer`] (reader).
 pub type SharedLoopState = Arc<Mutex<LoopState>>;
 
 /// Renders the exposition of a loop state.
