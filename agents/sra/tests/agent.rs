@@ -2,6 +2,7 @@
 //! vanished pids / offline CPUs / unknown events, `decide` on a fixture
 //! topology, `analyse` on a recording with a planted correlation, `thaw`.
 
+use hwqos_testsupport::{http_get, promtool_check_metrics, wait_for};
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -42,18 +43,6 @@ fn write_contract(dir: &Path, body: &str) -> PathBuf {
     p
 }
 
-/// Polls `cond` every 10 ms, giving up (test failure) after `limit` polls so
-/// a broken build cannot hang the suite. Not a timing assertion.
-fn wait_for(what: &str, limit: u32, mut cond: impl FnMut() -> bool) {
-    for _ in 0..limit {
-        if cond() {
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    panic!("gave up waiting for {what}");
-}
-
 fn kill(c: &mut Child) {
     let _ = c.kill();
     let _ = c.wait();
@@ -64,7 +53,9 @@ fn kill_9_of_the_agent_leaves_nothing_stopped() {
     let dir = tempfile::tempdir().unwrap();
     let mut victim = leech();
     let pid = victim.id();
-    wait_for("the leech to fault", 1000, || minor_faults(pid) > 1000);
+    wait_for("the leech to fault", Duration::from_secs(30), || {
+        minor_faults(pid) > 1000
+    });
     // 20 faults per 500 ms: the leech is stopped almost all the time.
     let contract = write_contract(
         dir.path(),
@@ -79,13 +70,15 @@ fn kill_9_of_the_agent_leaves_nothing_stopped() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    wait_for("the victim to be stopped", 2000, || state(pid) == Some('T'));
+    wait_for("the victim to be stopped", Duration::from_secs(60), || {
+        state(pid) == Some('T')
+    });
     let throttled_faults = minor_faults(pid);
     agent.kill().unwrap(); // SIGKILL
     agent.wait().unwrap();
     // Progress, not timing: the victim faults far beyond what its quota
     // would have allowed (20 per 500 ms) once the guardian has thawed it.
-    wait_for("the victim to run again", 3000, || {
+    wait_for("the victim to run again", Duration::from_secs(90), || {
         minor_faults(pid) > throttled_faults + 20_000
     });
     assert_ne!(state(pid), Some('T'));
@@ -171,7 +164,7 @@ fn thaw_continues_processes_named_in_the_state_file() {
     let mut victim = Command::new("sleep").arg("30").spawn().unwrap();
     let pid = victim.id();
     unsafe { libc::kill(pid as i32, libc::SIGSTOP) };
-    wait_for("stop", 1000, || state(pid) == Some('T'));
+    wait_for("stop", Duration::from_secs(30), || state(pid) == Some('T'));
     std::fs::write(
         dir.path().join("enforced.json"),
         format!(r#"{{"pids":[{pid}],"cgroups":[]}}"#),
@@ -184,7 +177,9 @@ fn thaw_continues_processes_named_in_the_state_file() {
         .unwrap();
     assert!(out.status.success());
     assert!(String::from_utf8_lossy(&out.stdout).contains("thawed 1 process"));
-    wait_for("continue", 1000, || state(pid) == Some('S'));
+    wait_for("continue", Duration::from_secs(30), || {
+        state(pid) == Some('S')
+    });
     kill(&mut victim);
 }
 
@@ -357,7 +352,9 @@ threshold = 0.0
         .spawn()
         .unwrap();
     let contract = dir.path().join("contract.json");
-    wait_for("the first contract", 3000, || contract.exists());
+    wait_for("the first contract", Duration::from_secs(90), || {
+        contract.exists()
+    });
     let c = hwqos_sched::contract::Contract::parse(&std::fs::read_to_string(&contract).unwrap())
         .unwrap();
     assert_eq!(c.version, 1);
@@ -367,7 +364,7 @@ threshold = 0.0
     assert!(!cpus.is_empty());
     let model = hwqos_sched::model::SensitivityModel::load(&dir.path().join("model.json")).unwrap();
     assert_eq!(model.processes.len(), 1);
-    wait_for("the pin", 1000, || {
+    wait_for("the pin", Duration::from_secs(30), || {
         hwqos_sched::proc::thread_affinity(pid)
             .map(|a| a == cpus)
             .unwrap_or(false)
@@ -384,18 +381,6 @@ threshold = 0.0
     assert!(status.success(), "{err}");
     assert!(err.contains("decision:"), "{err}");
     kill(&mut victim);
-}
-
-fn http_get(addr: &str) -> String {
-    use std::io::Write;
-    let mut s = std::net::TcpStream::connect(addr).unwrap();
-    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
-        .unwrap();
-    let mut resp = String::new();
-    s.read_to_string(&mut resp).unwrap();
-    resp.split_once("\r\n\r\n")
-        .map(|(_, b)| b.to_string())
-        .unwrap_or_default()
 }
 
 /// `/metrics` shows the backend, the skipped entries and the live quota
@@ -436,8 +421,8 @@ fn metrics_endpoint_shows_the_enforcement() {
         .expect("metrics address");
     std::thread::spawn(move || for _ in lines {});
     let mut body = String::new();
-    wait_for("periods in /metrics", 1000, || {
-        body = http_get(&addr);
+    wait_for("periods in /metrics", Duration::from_secs(30), || {
+        body = http_get(&addr, "/metrics").expect("GET /metrics").body;
         body.lines()
             .any(|l| l.starts_with("hwqos_sra_periods{") && !l.ends_with(" 0"))
     });
@@ -455,23 +440,7 @@ fn metrics_endpoint_shows_the_enforcement() {
         "{body}"
     );
     assert!(body.ends_with("# EOF\n"));
-    if let Ok(mut p) = Command::new("promtool")
-        .args(["check", "metrics"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-    {
-        use std::io::Write;
-        p.stdin.take().unwrap().write_all(body.as_bytes()).unwrap();
-        let out = p.wait_with_output().unwrap();
-        assert!(
-            out.status.success(),
-            "promtool: {}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
+    promtool_check_metrics(&body);
     unsafe { libc::kill(agent.id() as i32, libc::SIGTERM) };
     assert!(agent.wait().unwrap().success());
     assert_ne!(state(pid), Some('T'));
@@ -498,7 +467,9 @@ fn kill_9_with_the_cgroup_freezer_thaws_the_cgroup() {
     let dir = tempfile::tempdir().unwrap();
     let mut victim = leech();
     let pid = victim.id();
-    wait_for("the leech to fault", 1000, || minor_faults(pid) > 1000);
+    wait_for("the leech to fault", Duration::from_secs(30), || {
+        minor_faults(pid) > 1000
+    });
     let contract = write_contract(
         dir.path(),
         &format!(
@@ -521,13 +492,13 @@ fn kill_9_with_the_cgroup_freezer_thaws_the_cgroup() {
         .spawn()
         .unwrap();
     let frozen = root.join("hwqos-sra").join(format!("pid-{pid}"));
-    wait_for("the victim to be frozen", 2000, || {
+    wait_for("the victim to be frozen", Duration::from_secs(60), || {
         std::fs::read_to_string(frozen.join("cgroup.events")).is_ok_and(|e| e.contains("frozen 1"))
     });
     let throttled_faults = minor_faults(pid);
     agent.kill().unwrap();
     agent.wait().unwrap();
-    wait_for("the victim to run again", 3000, || {
+    wait_for("the victim to run again", Duration::from_secs(90), || {
         minor_faults(pid) > throttled_faults + 20_000
     });
     assert!(std::fs::read_to_string(frozen.join("cgroup.events"))

@@ -6,6 +6,7 @@
 //! Waits are bounded polls for a condition (a failure, never a hang), not
 //! timing assertions.
 
+use hwqos_testsupport::wait_for;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -54,10 +55,6 @@ fn poll(limit: u32, mut cond: impl FnMut() -> bool) -> bool {
     false
 }
 
-fn wait_for(what: &str, limit: u32, cond: impl FnMut() -> bool) {
-    assert!(poll(limit, cond), "gave up waiting for {what}");
-}
-
 fn kill9(pid: u32) {
     // SAFETY: kill(2) with a positive pid.
     unsafe { libc::kill(pid as i32, libc::SIGKILL) };
@@ -95,7 +92,9 @@ impl Setup {
         let dir = tempfile::tempdir().unwrap();
         let victim = leech();
         let pid = victim.id();
-        wait_for("the leech to fault", 1000, || minor_faults(pid) > 1000);
+        wait_for("the leech to fault", Duration::from_secs(30), || {
+            minor_faults(pid) > 1000
+        });
         let contract = dir.path().join("contract.json");
         std::fs::write(
             &contract,
@@ -129,8 +128,12 @@ impl Setup {
             }
         });
         let a = agent.id();
-        wait_for("the guardian", 1000, || guardians(a).len() == 1);
-        wait_for("the victim to be stopped", 2000, || state(pid) == Some('T'));
+        wait_for("the guardian", Duration::from_secs(30), || {
+            guardians(a).len() == 1
+        });
+        wait_for("the victim to be stopped", Duration::from_secs(60), || {
+            state(pid) == Some('T')
+        });
         Setup {
             _dir: dir,
             victim,
@@ -172,19 +175,21 @@ fn kill_9_of_the_guardian_is_noticed_logged_and_the_guardian_respawned() {
     let old = s.guardian();
     kill9(old);
     let agent = s.agent.id();
-    wait_for("a new guardian", 300, || {
+    wait_for("a new guardian", Duration::from_secs(30), || {
         let g = guardians(agent);
         g.len() == 1 && g[0] != old
     });
-    wait_for("the error line", 300, || {
+    wait_for("the error line", Duration::from_secs(30), || {
         let l = s.log.lock().unwrap();
         l.contains("ERROR") && l.contains("guardian")
     });
     // Enforcement goes on, under the new guardian.
     let pid = s.victim();
-    wait_for("the victim to be stopped again", 2000, || {
-        state(pid) == Some('T')
-    });
+    wait_for(
+        "the victim to be stopped again",
+        Duration::from_secs(60),
+        || state(pid) == Some('T'),
+    );
     kill9(agent);
     s.assert_victim_runs();
 }
