@@ -24,6 +24,7 @@ fn lock(m: &Mutex<Endpoint>) -> MutexGuard<'_, Endpoint> {
 pub struct StreamHandle(Arc<Mutex<Endpoint>>);
 
 impl StreamHandle {
+    /// The stream's counters and estimates now.
     pub fn stats(&self) -> StreamStats {
         lock(&self.0).stats()
     }
@@ -114,22 +115,29 @@ impl<R: AsyncRead + Unpin, W: AsyncWrite + Unpin> AsyncMessageStream<R, W> {
         })
     }
 
+    /// Sends one message, compressed with the policy's codec; see [`AsyncSender::send_msg`].
     pub async fn send_msg(&mut self, msg: &[u8]) -> Result<(), WireError> {
         self.sender.send_msg(msg).await
     }
 
+    /// The next message, decompressed; `Ok(None)` at a clean end of stream.
     pub async fn recv_msg(&mut self) -> Result<Option<Vec<u8>>, WireError> {
         self.receiver.recv_msg().await
     }
 
+    /// A shared handle on the stream's state that outlives a split.
     pub fn handle(&self) -> StreamHandle {
         self.sender.handle()
     }
 
+    /// The stream's counters and estimates now.
     pub fn stats(&self) -> StreamStats {
         self.handle().stats()
     }
 
+    /// The sending and receiving halves, usable from different tasks; they
+    /// share the stream's state (the receiver writes probe replies through
+    /// the shared writer).
     pub fn into_split(self) -> (AsyncSender<W>, AsyncReceiver<R, W>) {
         (self.sender, self.receiver)
     }
@@ -165,6 +173,9 @@ async fn fill<R: AsyncRead + Unpin>(frames: &mut FrameReader, r: &mut R) -> Resu
 }
 
 impl<W: AsyncWrite + Unpin> AsyncSender<W> {
+    /// Sends one message, compressed with the policy's codec, with any probe
+    /// replies still pending in front of it. Fails with
+    /// [`WireError::MessageTooLarge`] beyond the negotiated limit.
     pub async fn send_msg(&mut self, msg: &[u8]) -> Result<(), WireError> {
         self.out.clear();
         take_pending(&self.pending, &mut self.out);
@@ -202,6 +213,7 @@ impl<W: AsyncWrite + Unpin> AsyncSender<W> {
         Ok(())
     }
 
+    /// A shared handle on the stream's state (stats, reconfiguration).
     pub fn handle(&self) -> StreamHandle {
         StreamHandle(self.endpoint.clone())
     }
@@ -261,6 +273,7 @@ impl<R: AsyncRead + Unpin, W: AsyncWrite + Unpin> AsyncReceiver<R, W> {
         }
     }
 
+    /// A shared handle on the stream's state (stats, reconfiguration).
     pub fn handle(&self) -> StreamHandle {
         StreamHandle(self.endpoint.clone())
     }

@@ -32,16 +32,27 @@ use std::sync::Arc;
 pub struct CodecId(pub u8);
 
 impl CodecId {
+    /// `none`: the message as is; every registry and every peer has it.
     pub const NONE: CodecId = CodecId(0);
+    /// `lz4`: LZ4 block format.
     pub const LZ4: CodecId = CodecId(1);
+    /// `snappy`: Snappy raw format.
     pub const SNAPPY: CodecId = CodecId(2);
+    /// `zstd-1`: zstd at level 1.
     pub const ZSTD1: CodecId = CodecId(3);
+    /// `zstd-3`: zstd at level 3.
     pub const ZSTD3: CodecId = CodecId(4);
+    /// `zstd-9`: zstd at level 9.
     pub const ZSTD9: CodecId = CodecId(5);
+    /// `lzma-0`: raw LZMA2, preset 0.
     pub const LZMA0: CodecId = CodecId(6);
+    /// `lzma-6`: raw LZMA2, preset 6.
     pub const LZMA6: CodecId = CodecId(7);
+    /// `bzip2-1`: bzip2 with 100 kB blocks.
     pub const BZIP2_1: CodecId = CodecId(8);
+    /// `bzip2-9`: bzip2 with 900 kB blocks.
     pub const BZIP2_9: CodecId = CodecId(9);
+    /// `deflate`: raw deflate.
     pub const DEFLATE: CodecId = CodecId(10);
 }
 
@@ -54,17 +65,32 @@ impl fmt::Display for CodecId {
 /// Why a codec could not compress or decompress a message.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum CodecError {
+    /// The input is not valid compressed data for this codec.
     #[error("{codec}: corrupted compressed data: {detail}")]
-    Corrupted { codec: &'static str, detail: String },
+    Corrupted {
+        /// The codec's name.
+        codec: &'static str,
+        /// The library's error.
+        detail: String,
+    },
+    /// The data decompressed to another length than the frame header declared.
     #[error("{codec}: decompressed to {actual} bytes, the header declared {declared}")]
     LengthMismatch {
+        /// The codec's name.
         codec: &'static str,
+        /// The length the header declared, in bytes.
         declared: usize,
         /// Bytes produced; `declared + 1` means "more than declared".
         actual: usize,
     },
+    /// The library failed to compress (not expected for valid input).
     #[error("{codec}: compression failed: {detail}")]
-    Compress { codec: &'static str, detail: String },
+    Compress {
+        /// The codec's name.
+        codec: &'static str,
+        /// The library's error.
+        detail: String,
+    },
 }
 
 /// A message compressor/decompressor.
@@ -294,6 +320,7 @@ pub struct ZstdCodec {
 }
 
 impl ZstdCodec {
+    /// zstd at compression `level`, registered as `id` and `name`.
     pub fn new(id: CodecId, name: &'static str, level: i32) -> Self {
         ZstdCodec { id, name, level }
     }
@@ -381,6 +408,8 @@ pub struct LzmaCodec {
 }
 
 impl LzmaCodec {
+    /// Raw LZMA2 at `preset` (0–9), registered as `id` and `name`; the
+    /// dictionary stays the receiver's fixed 1 MiB whatever the preset.
     pub fn new(id: CodecId, name: &'static str, preset: u32) -> Self {
         LzmaCodec { id, name, preset }
     }
@@ -448,6 +477,7 @@ pub struct Bzip2Codec {
 }
 
 impl Bzip2Codec {
+    /// bzip2 with `level` × 100 kB blocks (1–9), registered as `id` and `name`.
     pub fn new(id: CodecId, name: &'static str, level: u32) -> Self {
         Bzip2Codec { id, name, level }
     }
@@ -493,7 +523,7 @@ impl Codec for Bzip2Codec {
     }
 }
 
-/// Raw deflate (`flate2`) at level 6 ([`DEFLATE_LEVEL`]).
+/// Raw deflate (`flate2`) at level 6 (`DEFLATE_LEVEL`).
 pub struct DeflateCodec;
 
 /// The deflate level of [`DeflateCodec`].
@@ -582,12 +612,20 @@ impl Codec for DeflateCodec {
 /// Why a codec could not be registered or found.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum RegistryError {
+    /// Another codec already has this wire id.
     #[error("codec id {0} is already registered")]
     DuplicateId(u8),
+    /// Another codec already has this name.
     #[error("codec name `{0}` is already registered")]
     DuplicateName(String),
+    /// No codec of the registry has this name.
     #[error("unknown codec name `{name}` (known: {known})")]
-    UnknownName { name: String, known: String },
+    UnknownName {
+        /// The name asked for.
+        name: String,
+        /// The registry's names, comma-separated.
+        known: String,
+    },
 }
 
 /// The codecs a process can use, by wire id and by name.
@@ -665,10 +703,12 @@ impl Registry {
         Ok(r)
     }
 
+    /// The codec with this wire id; `None` if not registered.
     pub fn get(&self, id: CodecId) -> Option<&Arc<dyn Codec>> {
         self.by_id.get(&id.0)
     }
 
+    /// The codec with this name (`zstd-3`); `None` if not registered.
     pub fn by_name(&self, name: &str) -> Option<&Arc<dyn Codec>> {
         self.by_id.values().find(|c| c.name() == name)
     }
@@ -678,6 +718,7 @@ impl Registry {
         self.by_id.keys().map(|&k| CodecId(k)).collect()
     }
 
+    /// Codec names, in ascending wire-id order.
     pub fn names(&self) -> Vec<&'static str> {
         self.by_id.values().map(|c| c.name()).collect()
     }
@@ -687,10 +728,12 @@ impl Registry {
         self.get(id).map(|c| c.name()).unwrap_or("unknown")
     }
 
+    /// How many codecs are registered.
     pub fn len(&self) -> usize {
         self.by_id.len()
     }
 
+    /// Whether no codec is registered (not even `none`).
     pub fn is_empty(&self) -> bool {
         self.by_id.is_empty()
     }

@@ -12,8 +12,11 @@ use std::path::Path;
 /// Which data set.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum DataSet {
+    /// D0: every byte 0x00 (compresses best).
     Zeros,
+    /// D1: every byte 0xFF.
     Ones,
+    /// Dp: realistic control-plane messages (SIP, Diameter-style AVPs, JSON, text).
     Realistic,
     /// Pseudo-random bytes (incompressible).
     Random,
@@ -98,6 +101,7 @@ impl MessageSource {
         self.texts.len()
     }
 
+    /// The next message of the data set (deterministic for the seed).
     pub fn next_message(&mut self) -> Vec<u8> {
         self.n += 1;
         match self.set {

@@ -42,6 +42,7 @@ pub enum Sampling {
 /// Everything that configures one stream.
 #[derive(Clone, Debug)]
 pub struct StreamConfig {
+    /// How the codec of each message is chosen.
     pub policy: PolicyKind,
     /// Largest message accepted and sent (uncompressed bytes).
     pub max_message: u32,
@@ -59,7 +60,9 @@ pub struct StreamConfig {
     pub link_ns_per_byte: Option<f64>,
     /// The CPU throttle; `None` gives compression an unlimited budget.
     pub throttle: Option<ThrottleConfig>,
+    /// Where the adaptive policy's codec samples run.
     pub sampling: Sampling,
+    /// Exploration and sampling parameters of the adaptive policy.
     pub adaptive: AdaptiveTuning,
     /// Seed of the per-message draw of `majority`.
     pub seed: u64,
@@ -89,22 +92,28 @@ impl Default for StreamConfig {
 /// Counters and estimates of one stream, for metrics.
 #[derive(Clone, Debug, Default, PartialEq, serde::Serialize)]
 pub struct StreamStats {
+    /// Application messages sent.
     pub messages_sent: u64,
+    /// Application messages received.
     pub messages_received: u64,
     /// Application bytes handed to `send_msg`.
     pub app_bytes_sent: u64,
     /// Bytes written to the connection (headers, probes and hello included).
     pub wire_bytes_sent: u64,
+    /// Application bytes delivered by `recv_msg` (uncompressed).
     pub app_bytes_received: u64,
+    /// Bytes read from the connection (headers and control frames included).
     pub wire_bytes_received: u64,
     /// Messages sent per codec name.
     pub sent_per_codec: BTreeMap<String, u64>,
     /// Messages sent uncompressed because the round's budget was spent.
     pub throttled_messages: u64,
+    /// Codec samples the sampler measured (adaptive).
     pub samples: u64,
     /// Time the sampler spent (warm-ups included) and the credit it earned
     /// (adaptive; see [`AdaptiveTuning::gain_share`]).
     pub sample_ns: u64,
+    /// See `sample_ns`: the sampling credit earned so far, in ns.
     pub sample_credit_ns: f64,
     /// The most one sample cost (ns).
     pub max_sample_ns: u64,
@@ -112,7 +121,10 @@ pub struct StreamStats {
     pub warm_up_ns: u64,
     /// Padding of the padded probes (adapted to the link).
     pub probe_pad: u32,
+    /// Smoothed round-trip time from the probes, in ns; `None` before the first reply.
     pub rtt_ns: Option<f64>,
+    /// Estimated one-way link cost, in ns per byte (configured or measured);
+    /// `None` while unknown.
     pub link_ns_per_byte: Option<f64>,
     /// Link changes the probes' RTTs showed (each restarts the link estimate).
     pub link_changes: u64,
@@ -122,20 +134,30 @@ pub struct StreamStats {
     pub padded_probes: u64,
     /// This round's compression budget (`None`: unlimited) and what is spent.
     pub budget_ns: Option<u64>,
+    /// Compression time spent this round, in ns.
     pub spent_ns: u64,
+    /// The throttle's current share of one CPU for compression; `None` without a throttle.
     pub cpu_share: Option<f64>,
+    /// The last CPU utilization the throttle read, in [0, 1]; `None` without a
+    /// throttle or before its first reading.
     pub cpu_utilization: Option<f64>,
+    /// Name of the codec the policy currently chooses.
     pub chosen: String,
+    /// Index of the current round (counted from 0).
     pub round: u64,
     /// The transport's view (see [`Endpoint::set_transport`]): messages go
     /// out back to back and predictions use the slowest stage; the share
     /// of readings that found the sender ahead of the link; the link cost
     /// from bytes the peer acknowledged while it was.
     pub pipelined: bool,
+    /// See `pipelined`: the share of transport readings, in [0, 1], that found
+    /// the sender ahead of the link.
     pub backlogged: f64,
     /// Link probes: stretches sent with the cheapest codec by a pipelined
     /// sender that had not been ahead of the link for a while.
     pub link_probes: u64,
+    /// See `pipelined`: the link cost from acknowledged bytes, in ns per byte;
+    /// `None` until measured.
     pub delivered_link_ns_per_byte: Option<f64>,
 }
 
@@ -416,10 +438,12 @@ impl Endpoint {
         }
     }
 
+    /// The limits incoming frames are checked against.
     pub fn limits(&self) -> Limits {
         self.limits
     }
 
+    /// The codecs this end can use.
     pub fn registry(&self) -> &Registry {
         &self.registry
     }
@@ -619,10 +643,12 @@ impl Endpoint {
         }
     }
 
+    /// What the stream has learned of codec and network rates.
     pub fn learner(&self) -> &Learner {
         &self.learner
     }
 
+    /// The codec selection policy and its state.
     pub fn selector(&self) -> &Selector {
         &self.selector
     }
@@ -708,7 +734,7 @@ impl Endpoint {
     /// The steps, each its own method: check the size, close the round when
     /// it is full, choose a codec (policy, link probe, CPU budget), compress,
     /// write a link probe when one is due (after compressing, see
-    /// [`Endpoint::write_probe_if_due`]), write the data frame, offer the
+    /// `Endpoint::write_probe_if_due`), write the data frame, offer the
     /// message to the sampler, count.
     pub fn encode(&mut self, msg: &[u8], out: &mut Vec<u8>) -> Result<CodecId, WireError> {
         let limit = self.max_send();

@@ -22,6 +22,8 @@ pub struct Ewma {
 }
 
 impl Ewma {
+    /// An empty average whose weight of a new value is at least `alpha`
+    /// (clamped to [1e-6, 1]); 1/n while that is larger.
     pub fn new(alpha: f64) -> Self {
         Ewma {
             alpha: alpha.clamp(1e-6, 1.0),
@@ -30,6 +32,7 @@ impl Ewma {
         }
     }
 
+    /// Folds in one value; non-finite values are ignored.
     pub fn update(&mut self, x: f64) {
         if !x.is_finite() {
             return;
@@ -44,10 +47,12 @@ impl Ewma {
         self.count = 0;
     }
 
+    /// The average; `None` before the first value (or since a reset).
     pub fn get(&self) -> Option<f64> {
         (self.count > 0).then_some(self.value)
     }
 
+    /// Values folded in since creation or the last reset.
     pub fn count(&self) -> u64 {
         self.count
     }
@@ -60,13 +65,17 @@ pub struct RoundObs {
     pub bytes_in: u64,
     /// Their compressed size.
     pub bytes_out: u64,
+    /// Time spent compressing them, in ns.
     pub compress_ns: u64,
+    /// Messages compressed.
     pub compressions: u32,
-    /// Bytes decompressed locally (sampling) and the time it took.
+    /// Bytes decompressed locally (sampling), uncompressed size.
     pub local_decompress_bytes: u64,
+    /// Time the local decompressions took, in ns.
     pub local_decompress_ns: u64,
-    /// Bytes the receiver decompressed (from probe replies) and the time.
+    /// Bytes the receiver decompressed (from probe replies), uncompressed size.
     pub remote_decompress_bytes: u64,
+    /// Time the receiver's decompressions took, in ns.
     pub remote_decompress_ns: u64,
 }
 
@@ -75,8 +84,11 @@ pub struct RoundObs {
 pub struct CodecEstimate {
     /// Compressed size over uncompressed size (1/H of definition 19).
     pub ratio: Ewma,
+    /// Compression time per uncompressed input byte, in ns.
     pub compress_ns_per_byte: Ewma,
+    /// Decompression time per uncompressed byte measured on this end (sampling), in ns.
     pub local_decompress_ns_per_byte: Ewma,
+    /// Decompression time per uncompressed byte the receiver reported, in ns.
     pub remote_decompress_ns_per_byte: Ewma,
 }
 
@@ -113,6 +125,7 @@ pub struct Window {
 impl Window {
     const LEN: usize = 15;
 
+    /// Adds a value, dropping the oldest once the window holds 15.
     pub fn push(&mut self, v: f64) {
         if self.values.len() == Self::LEN {
             if let Some(old) = self.values.pop_front() {
@@ -125,6 +138,7 @@ impl Window {
         self.sorted.insert(i, v);
     }
 
+    /// The median (nearest rank); `None` when empty.
     pub fn median(&self) -> Option<f64> {
         self.quantile(0.5)
     }
@@ -145,14 +159,17 @@ impl Window {
         nearest_rank(&v, q)
     }
 
+    /// How many values the window holds (at most 15).
     pub fn len(&self) -> usize {
         self.values.len()
     }
 
+    /// Whether the window holds no value.
     pub fn is_empty(&self) -> bool {
         self.values.is_empty()
     }
 
+    /// Forgets every value.
     pub fn clear(&mut self) {
         self.values.clear();
         self.sorted.clear();
@@ -173,7 +190,9 @@ pub struct NetworkEstimate {
     pub rtt_ns: Ewma,
     /// The last small-probe and padded-probe RTTs, and the padding.
     pub small_rtts: Window,
+    /// See `small_rtts`: the last padded-probe RTTs, in ns.
     pub padded_rtts: Window,
+    /// See `small_rtts`: the padding (bytes) of the probes in `padded_rtts`.
     pub pad: u32,
     /// A configured link cost that overrides the measured one.
     pub fixed_link_ns_per_byte: Option<f64>,
@@ -183,6 +202,7 @@ pub struct NetworkEstimate {
     /// Consecutive probe RTTs far below / far above what the link gave
     /// before (see [`Learner::observe_rtt`]), of small and of padded probes.
     pub low_streak: [u32; 2],
+    /// See `low_streak`: probe RTTs in a row far above.
     pub high_streak: [u32; 2],
     /// Link changes detected over the stream's life.
     pub changes: u64,
@@ -286,7 +306,9 @@ pub const MIN_MESSAGES_FOR_CHANGE: u32 = 4;
 #[derive(Clone, Debug)]
 pub struct Learner {
     alpha: f64,
+    /// What is known of each codec observed so far.
     pub codecs: BTreeMap<CodecId, CodecEstimate>,
+    /// What is known of the link.
     pub net: NetworkEstimate,
     /// Typical message size (bytes).
     pub message_size: Ewma,
@@ -302,6 +324,8 @@ pub struct RoundSummary {
 }
 
 impl Learner {
+    /// A learner with EWMA weight `alpha`, nothing observed yet; a
+    /// `fixed_link_ns_per_byte` replaces the measured link cost.
     pub fn new(alpha: f64, fixed_link_ns_per_byte: Option<f64>) -> Self {
         Learner {
             alpha,
@@ -353,7 +377,7 @@ impl Learner {
     }
 
     /// A small probe took `rtt_ns`. Returns true when this RTT, with the
-    /// ones before it, says the link changed (see [`Learner::link_change`]);
+    /// ones before it, says the link changed (see `Learner::link_change`);
     /// the link estimate then starts over from this RTT.
     pub fn observe_rtt(&mut self, rtt_ns: u64) -> bool {
         let changed = self.link_change(rtt_ns as f64, false);
@@ -443,6 +467,7 @@ impl Learner {
         true
     }
 
+    /// Folds the size (bytes) of a message to send into the typical message size.
     pub fn observe_message_size(&mut self, len: usize) {
         self.message_size.update(len as f64);
     }

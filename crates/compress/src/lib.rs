@@ -9,7 +9,51 @@
 //! - [`throttle`]: CPU utilization from `/proc/stat` and the PID budget;
 //! - [`endpoint`]: the per-stream send and receive procedures, without I/O;
 //! - [`stream`], [`async_stream`]: blocking and tokio message streams;
+//! - [`transport`]: what the transport says of the link (TCP_INFO backlog and delivery);
+//! - [`datasets`]: the experiments' data sets (zeros, ones, realistic, random);
 //! - `fuzz_checks`: the properties the fuzz targets and the corpus replay test check.
+//!
+//! The entry points are [`MessageStream`] (blocking, over any `Read + Write`)
+//! and [`AsyncMessageStream`] (tokio, over a reader and a writer, splittable
+//! into [`AsyncSender`] and [`AsyncReceiver`]): both ends exchange a hello that
+//! negotiates the codecs both [`Registry`]s hold, the message limit and
+//! checksums, then each `send_msg` picks a codec per [`PolicyKind`] under the
+//! CPU budget of the throttle ([`ThrottleConfig`]) and `recv_msg` returns the
+//! message as sent, or `Ok(None)` at a clean end of stream. The protocol logic
+//! itself lives in [`Endpoint`], which does no I/O; [`StreamConfig`] configures
+//! a stream and [`StreamStats`] reports on it. Errors from the peer's bytes are
+//! [`WireError`]s; a codec's are [`CodecError`]s.
+//!
+//! A message stream pair over a socket pair, one end echoing:
+//!
+//! ```
+//! use hwqos_compress::{MessageStream, Registry, StreamConfig, WireError};
+//! use std::os::unix::net::UnixStream;
+//! use std::sync::Arc;
+//!
+//! # fn main() -> Result<(), WireError> {
+//! let (a, b) = UnixStream::pair()?;
+//! let registry = Arc::new(Registry::standard());
+//! let peer_registry = registry.clone();
+//! let echo = std::thread::spawn(move || -> Result<(), WireError> {
+//!     let mut s = MessageStream::handshake(b, StreamConfig::default(), peer_registry)?;
+//!     while let Some(msg) = s.recv_msg()? {
+//!         s.send_msg(&msg)?;
+//!     }
+//!     Ok(())
+//! });
+//! let mut s = MessageStream::handshake(a, StreamConfig::default(), registry)?;
+//! let msg = b"INVITE sip:bob@example.com SIP/2.0\r\n".repeat(8);
+//! s.send_msg(&msg)?;
+//! assert_eq!(s.recv_msg()?, Some(msg));
+//! assert_eq!(s.stats().messages_sent, 1);
+//! drop(s); // the peer sees a clean end of stream
+//! echo.join().expect("echo thread")?;
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! Over TCP, set `TCP_NODELAY` (messages are small and latency-bound):
 //!
 //! ```no_run
 //! use hwqos_compress::{MessageStream, Registry, StreamConfig};
@@ -20,6 +64,8 @@
 //! s.send_msg(b"hello").unwrap();
 //! let reply = s.recv_msg().unwrap();
 //! ```
+
+#![deny(missing_docs)]
 
 pub mod async_stream;
 pub mod codec;

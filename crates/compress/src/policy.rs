@@ -42,8 +42,12 @@ use std::str::FromStr;
 pub enum PolicyKind {
     /// One fixed codec, by name.
     One(String),
+    /// `round-robin`: the compressing codecs in turn.
     RoundRobin,
+    /// `majority`: the predicted best codec, all but 1% per other codec drawn at random.
     Majority,
+    /// `adaptive`: the predicted best codec for every message, learning from
+    /// samples off the send path (the default).
     Adaptive,
 }
 
@@ -139,15 +143,18 @@ impl Default for AdaptiveTuning {
 pub struct Rng(u64);
 
 impl Rng {
+    /// A generator for `seed` (0 is taken as 1: xorshift has no zero state).
     pub fn new(seed: u64) -> Self {
         Rng(seed.max(1))
     }
+    /// The next 64 random bits.
     pub fn next_u64(&mut self) -> u64 {
         self.0 ^= self.0 >> 12;
         self.0 ^= self.0 << 25;
         self.0 ^= self.0 >> 27;
         self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
     }
+    /// A uniform value in [0, 1).
     pub fn next_f64(&mut self) -> f64 {
         (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
     }
@@ -254,15 +261,18 @@ impl Selector {
         s
     }
 
+    /// The same selector with the adaptive policy's parameters replaced.
     pub fn with_tuning(mut self, tuning: AdaptiveTuning) -> Self {
         self.tuning = tuning;
         self
     }
 
+    /// The policy.
     pub fn kind(&self) -> &PolicyKind {
         &self.kind
     }
 
+    /// The adaptive policy's parameters (unused by the other policies).
     pub fn tuning(&self) -> AdaptiveTuning {
         self.tuning
     }

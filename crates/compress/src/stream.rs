@@ -171,22 +171,28 @@ impl<S: Read + Write> MessageStream<S> {
         }
     }
 
+    /// The stream's counters and estimates now.
     pub fn stats(&self) -> StreamStats {
         self.endpoint.stats()
     }
 
+    /// The stream's protocol state (policy, learner, limits).
     pub fn endpoint(&self) -> &Endpoint {
         &self.endpoint
     }
 
+    /// The stream's protocol state, e.g. to change its configuration.
     pub fn endpoint_mut(&mut self) -> &mut Endpoint {
         &mut self.endpoint
     }
 
+    /// The underlying transport.
     pub fn get_ref(&self) -> &S {
         &self.io
     }
 
+    /// The underlying transport; bytes already read past the last message
+    /// are lost.
     pub fn into_inner(self) -> S {
         self.io
     }

@@ -321,6 +321,8 @@ pub struct ScriptedLoad {
 }
 
 impl ScriptedLoad {
+    /// A load that reports `values` in turn (utilizations in [0, 1]), then
+    /// repeats the last one (0 if `values` is empty).
     pub fn new(values: impl IntoIterator<Item = f64>) -> Self {
         ScriptedLoad {
             values: values.into_iter().collect(),
@@ -343,8 +345,11 @@ impl CpuLoad for ScriptedLoad {
 pub struct ThrottleConfig {
     /// Target CPU utilization in [0, 1].
     pub target: f64,
+    /// Proportional gain: share of a CPU per unit of utilization error.
     pub kp: f64,
+    /// Integral gain (per reading).
     pub ki: f64,
+    /// Derivative gain (per reading).
     pub kd: f64,
     /// Largest share of one CPU compression may get.
     pub max_share: f64,
@@ -425,6 +430,7 @@ pub struct CpuThrottle {
 }
 
 impl CpuThrottle {
+    /// A throttle reading utilization from `load`, starting at `config.initial_share`.
     pub fn new(config: ThrottleConfig, load: Box<dyn CpuLoad>) -> Self {
         let share = config.initial_share.clamp(0.0, config.max_share);
         CpuThrottle {
@@ -453,6 +459,7 @@ impl CpuThrottle {
         self.pid.setpoint = target;
     }
 
+    /// The configuration, with the current target.
     pub fn config(&self) -> ThrottleConfig {
         self.config
     }
@@ -535,6 +542,8 @@ impl CpuThrottle {
         self.share
     }
 
+    /// The utilization, in [0, 1], of the last reading; `None` before the first
+    /// reading or when the load could not be read.
     pub fn last_utilization(&self) -> Option<f64> {
         self.last_util
     }
@@ -634,6 +643,8 @@ impl SharedThrottle {
         self.lock().throttle.share()
     }
 
+    /// The utilization, in [0, 1], of the last reading; `None` before the first
+    /// reading or when the load could not be read.
     pub fn last_utilization(&self) -> Option<f64> {
         self.lock().throttle.last_utilization()
     }

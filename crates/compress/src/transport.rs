@@ -37,6 +37,8 @@ pub struct TransportSample {
 
 /// A source of [`TransportSample`]s for [`crate::Endpoint::set_transport`].
 pub trait TransportInfo: Send {
+    /// The transport's state now; `None` when it cannot be read (the
+    /// reading is then skipped).
     fn sample(&mut self) -> Option<TransportSample>;
 }
 
@@ -49,6 +51,7 @@ pub struct TcpInfo {
 }
 
 impl TcpInfo {
+    /// Reads `TCP_INFO` of the TCP socket `fd` (borrowed; see above).
     pub fn new(fd: RawFd) -> Self {
         TcpInfo {
             fd,
@@ -135,6 +138,7 @@ pub struct BulkEstimate {
     pub cpu_busy: f64,
     /// Readings taken and stretches measured.
     pub readings: u64,
+    /// See `readings`: stretches of continuous backlog measured.
     pub stretches: u64,
     /// Bytes waiting in the transport at the last reading.
     pub last_unsent: u64,

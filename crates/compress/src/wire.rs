@@ -42,6 +42,7 @@ pub enum FrameKind {
 }
 
 impl FrameKind {
+    /// The kind with this header byte; `None` for a byte no kind uses.
     pub fn from_u8(v: u8) -> Option<FrameKind> {
         match v {
             0 => Some(FrameKind::Data),
@@ -71,45 +72,88 @@ impl Default for Limits {
 /// Why bytes from the peer are not a valid frame (or stream of frames).
 #[derive(Debug, thiserror::Error)]
 pub enum WireError {
+    /// The first two bytes of a header are not `HQ` (the two bytes found).
     #[error("garbage before the frame header: expected magic 'HQ' (48 51), found {0:02x} {1:02x}")]
     BadMagic(u8, u8),
+    /// The peer speaks another wire version than [`VERSION`].
     #[error("wrong wire version {found} (this end speaks version {VERSION})")]
-    WrongVersion { found: u8 },
+    WrongVersion {
+        /// The version byte the peer sent.
+        found: u8,
+    },
+    /// The header's kind byte is none of [`FrameKind`].
     #[error("unknown frame kind {0}")]
     UnknownKind(u8),
+    /// The header sets flag bits other than [`FLAG_CHECKSUM`].
     #[error("unknown header flags {0:#04x}")]
     UnknownFlags(u8),
+    /// A control frame with a codec, flags, or differing lengths.
     #[error("nonzero header field `{field}` in a {kind:?} frame")]
     BadHeader {
+        /// The frame's kind.
         kind: FrameKind,
+        /// The offending header field.
         field: &'static str,
     },
+    /// A header declares more bytes than [`Limits`] (or [`MAX_CONTROL_PAYLOAD`]) allow;
+    /// detected before anything is allocated.
     #[error("oversized {what}: {declared} bytes declared, the limit is {limit}")]
     Oversized {
+        /// Which length was too large.
         what: &'static str,
+        /// The length the header declares, in bytes.
         declared: u64,
+        /// The largest length allowed, in bytes.
         limit: u64,
     },
+    /// A data frame names a codec id this end's [`Registry`](crate::Registry) lacks.
     #[error("unknown codec id {0} (not in this end's registry)")]
     UnknownCodec(u8),
+    /// The stream ended in the middle of a frame.
     #[error("truncated {what}: {have} of {needed} bytes")]
     Truncated {
+        /// The part of the frame that was cut short (header or payload).
         what: &'static str,
+        /// Bytes that part needs.
         needed: usize,
+        /// Bytes that arrived.
         have: usize,
     },
+    /// The codec could not decompress the payload.
     #[error("corrupted message: {0}")]
     Corrupted(#[from] crate::codec::CodecError),
+    /// The decompressed message does not match the frame's CRC-32.
     #[error("checksum mismatch: header says {expected:#010x}, message has {actual:#010x}")]
-    ChecksumMismatch { expected: u32, actual: u32 },
+    ChecksumMismatch {
+        /// The CRC-32 carried in the frame.
+        expected: u32,
+        /// The CRC-32 of the decompressed message.
+        actual: u32,
+    },
+    /// A control frame's payload does not parse.
     #[error("malformed {kind:?} payload: {detail}")]
-    BadPayload { kind: FrameKind, detail: String },
+    BadPayload {
+        /// The control frame's kind.
+        kind: FrameKind,
+        /// What is wrong with it.
+        detail: String,
+    },
+    /// The handshake failed (unexpected frame, incompatible peer).
     #[error("handshake: {0}")]
     Handshake(String),
+    /// A message to send is larger than the limit (this end's or the peer's).
     #[error("message of {len} bytes exceeds the limit of {limit} bytes")]
-    MessageTooLarge { len: usize, limit: u32 },
+    MessageTooLarge {
+        /// The message's length, in bytes.
+        len: usize,
+        /// The largest message allowed, in bytes.
+        limit: u32,
+    },
+    /// The peer closed the connection where a frame was required; the text says
+    /// when (` during the handshake`).
     #[error("connection closed by the peer{0}")]
     Closed(&'static str),
+    /// Reading or writing the transport failed.
     #[error("i/o error: {0}")]
     Io(#[from] std::io::Error),
 }
@@ -140,10 +184,15 @@ impl WireError {
 /// A parsed frame header.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Header {
+    /// What the frame carries.
     pub kind: FrameKind,
+    /// The codec the payload is compressed with ([`CodecId::NONE`] for control frames).
     pub codec: CodecId,
+    /// Flag bits; only [`FLAG_CHECKSUM`] is defined.
     pub flags: u8,
+    /// The message's length once decompressed, in bytes.
     pub uncompressed_len: u32,
+    /// The payload's length on the wire, in bytes (after the optional CRC).
     pub payload_len: u32,
 }
 
@@ -244,8 +293,11 @@ impl Header {
 /// One complete frame off the wire (payload still compressed).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RawFrame {
+    /// The validated header.
     pub header: Header,
+    /// The CRC-32 of the uncompressed message, when the header's flag says one follows.
     pub checksum: Option<u32>,
+    /// The payload as received (`header.payload_len` bytes, still compressed).
     pub payload: Vec<u8>,
 }
 
@@ -280,6 +332,7 @@ pub struct FrameDecoder {
 }
 
 impl FrameDecoder {
+    /// An empty decoder that rejects frames beyond `limits`.
     pub fn new(limits: Limits) -> Self {
         FrameDecoder {
             limits,
@@ -291,6 +344,7 @@ impl FrameDecoder {
         }
     }
 
+    /// The limits frames are checked against.
     pub fn limits(&self) -> Limits {
         self.limits
     }
@@ -443,6 +497,7 @@ pub struct Hello {
 }
 
 impl Hello {
+    /// The frame payload: `max_message` (u32 LE), checksum request (0/1), codec count, codec ids.
     pub fn encode(&self) -> Vec<u8> {
         let mut p = Vec::with_capacity(6 + self.decoders.len());
         p.extend_from_slice(&self.max_message.to_le_bytes());
@@ -452,6 +507,8 @@ impl Hello {
         p
     }
 
+    /// Parses a hello payload; [`WireError::BadPayload`] if malformed or if the
+    /// codec list lacks `none`.
     pub fn decode(p: &[u8]) -> Result<Hello, WireError> {
         let bad = |d: &str| WireError::BadPayload {
             kind: FrameKind::Hello,
@@ -488,13 +545,16 @@ impl Hello {
 /// A probe: sequence number and the sender's monotonic send time.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct LinkProbe {
+    /// Sequence number, echoed in the reply.
     pub seq: u32,
+    /// The prober's monotonic clock at sending, in ns; echoed in the reply.
     pub sent_ns: u64,
     /// Padding bytes (to measure the per-byte link cost).
     pub pad: u32,
 }
 
 impl LinkProbe {
+    /// The frame payload: `seq` (u32 LE), `sent_ns` (u64 LE), then `pad` zero bytes.
     pub fn encode(&self) -> Vec<u8> {
         let mut p = Vec::with_capacity(12 + self.pad as usize);
         p.extend_from_slice(&self.seq.to_le_bytes());
@@ -503,6 +563,7 @@ impl LinkProbe {
         p
     }
 
+    /// Parses a probe payload (at least 12 bytes; the rest is padding).
     pub fn decode(p: &[u8]) -> Result<LinkProbe, WireError> {
         if p.len() < 12 {
             return Err(WireError::BadPayload {
@@ -521,17 +582,22 @@ impl LinkProbe {
 /// Decompression work the receiver did with one codec since its last reply.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub struct DecompressReport {
+    /// The codec.
     pub codec: CodecId,
+    /// Messages decompressed.
     pub messages: u32,
     /// Uncompressed bytes produced.
     pub bytes: u64,
+    /// Time spent decompressing them, in ns.
     pub nanos: u64,
 }
 
 /// The answer to a probe.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct LinkProbeReply {
+    /// The answered probe's sequence number.
     pub seq: u32,
+    /// The answered probe's `sent_ns`, unchanged (the prober's clock).
     pub echoed_sent_ns: u64,
     /// Size of the probe payload that was answered (to tell padded probes apart).
     pub probe_len: u32,
@@ -541,6 +607,7 @@ pub struct LinkProbeReply {
     /// next write does not count as network time. The answering endpoint
     /// encodes 0 and sets it just before the write ([`LinkProbeReply::stamp_held`]).
     pub held_ns: u32,
+    /// Per-codec decompression work since the previous reply (at most 255 entries).
     pub reports: Vec<DecompressReport>,
 }
 
@@ -550,6 +617,7 @@ impl LinkProbeReply {
     const FIXED: usize = 21;
     const HELD_AT: usize = 16;
 
+    /// The frame payload: seq, echoed time, probe length, hold time, report count, reports (LE).
     pub fn encode(&self) -> Vec<u8> {
         let mut p = Vec::with_capacity(Self::FIXED + self.reports.len() * Self::ENTRY);
         p.extend_from_slice(&self.seq.to_le_bytes());
@@ -590,6 +658,8 @@ impl LinkProbeReply {
         }
     }
 
+    /// Parses a probe reply payload; [`WireError::BadPayload`] if its length
+    /// does not match its report count.
     pub fn decode(p: &[u8]) -> Result<LinkProbeReply, WireError> {
         let bad = |d: String| WireError::BadPayload {
             kind: FrameKind::ProbeReply,
