@@ -14,8 +14,9 @@ use serde::Deserialize;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
-/// Lowest and highest accepted sampling rates.
+/// Lowest accepted sampling rate (`rate_hz`, `--rate`), in Hz.
 pub const MIN_RATE_HZ: f64 = 0.1;
+/// Highest accepted sampling rate, in Hz.
 pub const MAX_RATE_HZ: f64 = 10_000.0;
 
 /// Largest accepted config file: far above any real one; a larger file (or a
@@ -60,17 +61,22 @@ pub struct Config {
     /// the ticker's choice for the period. Changes take effect on restart.
     #[serde(default)]
     pub sleep: Option<hwqos_core::ticker::SleepStrategy>,
+    /// `[database]`: the bounds of the in-memory frame database.
     #[serde(default)]
     pub database: DatabaseConfig,
+    /// `[output]`: where and how flushes write recordings.
     #[serde(default)]
     pub output: OutputConfig,
+    /// `[api]`: the live API on a Unix socket.
     #[serde(default)]
     pub api: ApiConfig,
+    /// `[metrics]`: the OpenMetrics endpoint.
     #[serde(default)]
     pub metrics: MetricsConfig,
     /// Application performance metric sources.
     #[serde(default, rename = "app")]
     pub apps: Vec<AppSource>,
+    /// `[cpi]`: the miss penalties of the CPI stack.
     #[serde(default)]
     pub cpi: CpiConfig,
 }
@@ -143,6 +149,7 @@ impl Default for OutputConfig {
 #[derive(Clone, Debug, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct ApiConfig {
+    /// Serve the live API (default true).
     pub enabled: bool,
     /// The Unix socket path.
     pub socket: PathBuf,
@@ -183,6 +190,7 @@ impl ApiConfig {
 #[derive(Clone, Debug, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct MetricsConfig {
+    /// Serve `GET /metrics` (default true; changes take effect on restart).
     pub enabled: bool,
     /// Address of the OpenMetrics endpoint (port 0: any free port).
     pub listen: String,

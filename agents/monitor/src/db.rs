@@ -43,6 +43,7 @@ pub enum Format {
 }
 
 impl Format {
+    /// The file name extension of a segment in this format, without the dot.
     pub fn extension(self) -> &'static str {
         match self {
             Format::Jsonl => "jsonl",
@@ -54,16 +55,22 @@ impl Format {
 /// Why a flush failed.
 #[derive(Debug, thiserror::Error)]
 pub enum FlushError {
+    /// Creating, writing, syncing or removing a file failed.
     #[error("flush to {path}: {source}")]
     Io {
+        /// The file or directory the operation was on.
         path: PathBuf,
+        /// The operating system's error.
         #[source]
         source: io::Error,
     },
+    /// `[output] formats` is empty: there is nothing to write.
     #[error("flush: no output format configured ([output] formats is empty)")]
     NoFormats,
+    /// A frame from the database does not decode (a bug, not an input error).
     #[error("flush: a stored frame does not decode (a bug in the frame database): {source}")]
     Corrupt {
+        /// The decoder's error.
         #[source]
         source: DecodeError,
     },
@@ -179,14 +186,17 @@ impl FrameDb {
         }
     }
 
+    /// Frames held now.
     pub fn len(&self) -> usize {
         self.frames.len()
     }
 
+    /// No frame is held (none sampled yet, or cleared).
     pub fn is_empty(&self) -> bool {
         self.frames.is_empty()
     }
 
+    /// Most frames held (`[database] frames`); the oldest are evicted first.
     pub fn capacity(&self) -> usize {
         self.capacity
     }
@@ -520,7 +530,9 @@ impl FrameDb {
 /// The bounds of a window: sequence numbers of its oldest and newest frame.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct WindowRange {
+    /// Sequence number of the oldest frame.
     pub first: u64,
+    /// Sequence number of the newest frame.
     pub last: u64,
     /// Frames in the window when it was chosen.
     pub frames: usize,
@@ -536,10 +548,12 @@ pub struct EncodedFrames {
 }
 
 impl EncodedFrames {
+    /// Number of frames.
     pub fn len(&self) -> usize {
         self.frames.len()
     }
 
+    /// There is no frame.
     pub fn is_empty(&self) -> bool {
         self.frames.is_empty()
     }
@@ -618,7 +632,8 @@ fn is_our_temp_file(name: &str) -> bool {
 
 /// Removes the temporary files a flush leaves behind when the monitor is
 /// killed in the middle of it (`kill -9`, power loss): regular files named as
-/// [`flush`] names its temporary files, directly in `dir`; symbolic links and
+/// a flush ([`crate::MonitorHandle::flush`], [`crate::segments`]) names its
+/// temporary files, directly in `dir`; symbolic links and
 /// everything else are left alone. Called at start, so one output directory
 /// must not be shared by two running monitors. Returns the files removed and
 /// their bytes; a missing `dir` is not an error.

@@ -122,30 +122,89 @@ const RATE_REACH: usize = 16;
 /// Why bytes are not an encoded frame (for this dictionary).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum DecodeError {
+    /// The bytes end in the middle of a field.
     #[error("encoded frame: truncated while reading {what}")]
-    Truncated { what: &'static str },
+    Truncated {
+        /// The field being read.
+        what: &'static str,
+    },
+    /// A variable-length integer has more than 64 bits.
     #[error("encoded frame: varint for {what} is longer than 64 bits")]
-    VarintOverflow { what: &'static str },
+    VarintOverflow {
+        /// The field being read.
+        what: &'static str,
+    },
+    /// A decoded integer does not fit the field's type.
     #[error("encoded frame: {what} {value} does not fit")]
-    OutOfRange { what: &'static str, value: u64 },
+    OutOfRange {
+        /// The field being read.
+        what: &'static str,
+        /// The value read.
+        value: u64,
+    },
+    /// A sample's flag byte has bits the encoding does not define.
     #[error("encoded frame: sample {index} has unknown flag bits {flags:#04x}")]
-    BadFlags { index: usize, flags: u8 },
+    BadFlags {
+        /// Position of the sample in the frame (from 0).
+        index: usize,
+        /// The flag byte read.
+        flags: u8,
+    },
+    /// A sample names a (scope, metric) series id the dictionary does not hold.
     #[error("encoded frame: sample {index} refers to series {id}, but the dictionary has {known}")]
-    UnknownSeries { index: usize, id: u64, known: usize },
+    UnknownSeries {
+        /// Position of the sample in the frame (from 0).
+        index: usize,
+        /// The series id read.
+        id: u64,
+        /// Series the dictionary holds.
+        known: usize,
+    },
+    /// The frame names a label set id the dictionary does not hold.
     #[error("encoded frame: label set {id} is not in the dictionary ({known} known)")]
-    UnknownLabelSet { id: u64, known: usize },
+    UnknownLabelSet {
+        /// The label set id read.
+        id: u64,
+        /// Label sets the dictionary holds.
+        known: usize,
+    },
+    /// A sample marked as scaled has no counter reading to scale.
     #[error("encoded frame: sample {index} has a scaled value but no usable counter reading")]
-    NoScaledValue { index: usize },
+    NoScaledValue {
+        /// Position of the sample in the frame (from 0).
+        index: usize,
+    },
+    /// A rate refers to a counter sample before the frame's first one.
     #[error(
         "encoded frame: sample {index} is a rate of counter sample -{back}, which does not exist"
     )]
-    BadRateReference { index: usize, back: u64 },
+    BadRateReference {
+        /// Position of the sample in the frame (from 0).
+        index: usize,
+        /// How many counter samples back the reference reaches.
+        back: u64,
+    },
+    /// A sample repeats the previous counter times, but none precedes it.
     #[error("encoded frame: sample {index} repeats counter times but no reading precedes it")]
-    NoPreviousEnabled { index: usize },
+    NoPreviousEnabled {
+        /// Position of the sample in the frame (from 0).
+        index: usize,
+    },
+    /// A trimmed value claims more than 8 bytes.
     #[error("encoded frame: sample {index} has a trimmed value of {len} bytes (at most 8)")]
-    BadValueLength { index: usize, len: u8 },
+    BadValueLength {
+        /// Position of the sample in the frame (from 0).
+        index: usize,
+        /// The length read.
+        len: u8,
+    },
+    /// The dictionary itself refers to an id it does not hold.
     #[error("encoded frame: the dictionary refers to a {what} id it does not hold")]
-    BrokenDictionary { what: &'static str },
+    BrokenDictionary {
+        /// The kind of id: scope, metric, label or series.
+        what: &'static str,
+    },
+    /// Bytes follow the last sample (the count of bytes left).
     #[error("encoded frame: {0} bytes left over after the last sample")]
     TrailingBytes(usize),
 }
@@ -153,8 +212,12 @@ pub enum DecodeError {
 /// Why a frame could not be encoded.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum EncodeError {
+    /// A table of the dictionary already holds `u32::MAX` entries.
     #[error("frame dictionary: more than {} distinct {what}", u32::MAX)]
-    DictionaryFull { what: &'static str },
+    DictionaryFull {
+        /// The kind of entry (scopes, metrics, series, labels, label sets).
+        what: &'static str,
+    },
 }
 
 /// Approximate bytes of hash-map and vector bookkeeping per interned entry.
@@ -191,6 +254,7 @@ fn next_id(len: usize, what: &'static str) -> Result<u32, EncodeError> {
 }
 
 impl Dictionary {
+    /// An empty dictionary.
     pub fn new() -> Dictionary {
         Dictionary::default()
     }
@@ -461,8 +525,11 @@ pub fn encode(frame: &Frame, dict: &mut Dictionary, out: &mut Vec<u8>) -> Result
 /// The fixed fields of an encoded frame, read without decoding its samples.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct FrameHeader {
+    /// The frame's sequence number (`Frame::seq`).
     pub seq: u64,
+    /// When the frame was sampled (`Frame::time`).
     pub time: Timestamp,
+    /// The interval the frame covers, in ns (`Frame::interval_ns`).
     pub interval_ns: u64,
 }
 

@@ -1,5 +1,16 @@
-//! hwqos-monitor: continuous hardware and software characteristics monitoring
-//! (the thesis' Charmon, chapter 5 and section 8.3.1) as a node agent.
+//! The `hwqos-monitor` agent's library: continuous hardware and software
+//! characteristics monitoring (the thesis' Charmon, chapter 5 and section
+//! 8.3.1) as a node agent.
+//!
+//! The binary's `main.rs` is thin glue over this library and `hwqos-agent`'s
+//! lifecycle: it parses [`cli::Cli`], raises the open-file limit (every
+//! counter is a file), answers `--list-events`, loads the configuration
+//! (`--config`, else `/etc/hwqos/monitor.toml` if it exists, else the
+//! built-in defaults; `deploy/config/monitor.toml` explains each key),
+//! answers `--check-config` and `--once` ([`source::sample_once`]), and
+//! otherwise hands over to [`service::run_with`]; `hwqos_agent::lifecycle`
+//! turns the result into the exit status (0 success, 1 runtime failure, 2
+//! bad configuration).
 //!
 //! One sampling thread makes a frame per tick; the frame database keeps the
 //! history (for `window` requests and flushes), the live state hands each
@@ -25,6 +36,8 @@
 //! - [`service`]: the whole agent — [`service::run`] wires the monitor, the
 //!   API, `/metrics` (hwqos-agent's server), the service manager and the signals;
 //! - [`cli`]: the command line (clap), shared with the man-page generator.
+
+#![deny(missing_docs)]
 
 pub mod api_server;
 pub mod cli;

@@ -139,23 +139,40 @@ type FamilySeries<'a> = (&'a Family, Vec<(&'a Scope, &'a Entry)>);
 /// The monitor's own figures, exposed as `hwqos_monitor_*`.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct SelfMetrics {
+    /// The monitor's version (a label of `hwqos_monitor_build_info`).
     pub version: String,
+    /// The counter backend in use (a label of `hwqos_monitor_build_info`).
     pub backend: String,
+    /// Frames sampled since the monitor started.
     pub frames_sampled: u64,
+    /// Ticks missed because sampling overran the period, since start.
     pub missed_ticks: u64,
+    /// How late the newest tick woke after its deadline, in ns.
     pub last_lateness_ns: u64,
+    /// Largest tick lateness since start, in ns.
     pub max_lateness_ns: u64,
+    /// Live API subscribers dropped for falling behind, since start.
     pub dropped_subscribers: u64,
+    /// Live API subscribers connected now.
     pub subscribers: usize,
+    /// Samples scaled from multiplexed counters, since start.
     pub multiplexed_samples: u64,
+    /// Frames held in the in-memory database.
     pub database_frames: usize,
+    /// Estimated memory held by the database, in bytes.
     pub database_bytes: usize,
+    /// Configured events this node cannot count.
     pub unavailable_events: usize,
+    /// The configured sampling period, in seconds.
     pub period_s: f64,
+    /// Successful configuration reloads since start.
     pub reloads: u64,
+    /// Wall-clock time of the newest frame, in ns since the Unix epoch
+    /// (`None` before the first frame).
     pub last_frame_wall_ns: Option<i64>,
-    /// Frames and bytes flushes appended, since start.
+    /// Frames flushes appended to recordings, since start.
     pub flushed_frames: u64,
+    /// Bytes flushes appended to recordings, since start.
     pub flushed_bytes: u64,
     /// Frames that fell out of the database before a flush reached them, since start.
     pub flush_lost_frames: u64,
@@ -173,6 +190,7 @@ pub struct Exposition {
 }
 
 impl Exposition {
+    /// An exposition that holds no series yet.
     pub fn new() -> Exposition {
         Exposition::default()
     }
@@ -182,6 +200,7 @@ impl Exposition {
         self.entries.len()
     }
 
+    /// No series is held.
     pub fn is_empty(&self) -> bool {
         self.entries.is_empty()
     }
@@ -371,6 +390,7 @@ impl AppHold {
         self.series.len()
     }
 
+    /// No series is held.
     pub fn is_empty(&self) -> bool {
         self.series.is_empty()
     }

@@ -134,12 +134,19 @@ pub struct FlushReport {
 /// Totals since the writer was created (the monitor started).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct OutputStats {
+    /// Flushes attempted.
     pub flushes: u64,
+    /// Frames appended (once per frame, whatever the number of formats).
     pub frames_written: u64,
+    /// Bytes written to segment files, all formats together.
     pub bytes_written: u64,
+    /// Frames the database evicted before a flush reached them.
     pub frames_lost: u64,
+    /// Flushes that found such a gap.
     pub gaps: u64,
+    /// Segments started.
     pub segments_started: u64,
+    /// Old segment files removed to respect `[output] max_mib`.
     pub files_removed: u64,
 }
 
@@ -361,6 +368,7 @@ impl SegmentWriter {
         self.last_seq
     }
 
+    /// The totals since the writer was created.
     pub fn stats(&self) -> OutputStats {
         self.stats
     }
