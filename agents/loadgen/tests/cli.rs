@@ -3,6 +3,7 @@
 //! CPU), configuration checks, and a clean stop on SIGTERM that leaves
 //! nothing behind.
 
+use hwqos_testsupport::wait_for;
 use std::path::Path;
 use std::process::{Command, Output};
 use std::time::Duration;
@@ -255,22 +256,15 @@ fn io_files(dir: &Path) -> Vec<String> {
 /// runs; with O_TMPFILE the file has no name to wait for).
 fn wait_for_io_file(pid: u32, dir: &Path) {
     let dir = dir.canonicalize().unwrap();
-    for _ in 0..600 {
-        let open = std::fs::read_dir(format!("/proc/{pid}/fd"))
+    let what = format!("the I/O generator to open its file in {}", dir.display());
+    wait_for(&what, Duration::from_secs(60), || {
+        std::fs::read_dir(format!("/proc/{pid}/fd"))
             .map(|fds| {
                 fds.flatten()
                     .any(|fd| std::fs::read_link(fd.path()).is_ok_and(|t| t.starts_with(&dir)))
             })
-            .unwrap_or(false);
-        if open {
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    panic!(
-        "the I/O generator never opened its file in {}",
-        dir.display()
-    );
+            .unwrap_or(false)
+    });
 }
 
 /// `kill -9` gives the generator no chance to clean up: its file must still

@@ -3,7 +3,8 @@
 //! targets and knobs, measured values and an error ratio that agree, and
 //! `promtool check metrics` accepts the exposition when promtool is installed.
 
-use std::io::{BufRead, BufReader, Read, Write};
+use hwqos_testsupport::{http_get, promtool_check_metrics};
+use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
@@ -45,24 +46,12 @@ fn metrics_addr(child: &mut Child) -> String {
     addr
 }
 
-/// (content type, body)
+/// (content type, body) of a `GET /metrics` that must answer 200.
 fn scrape(addr: &str) -> (String, String) {
-    let mut s = std::net::TcpStream::connect(addr).unwrap();
-    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
-        .unwrap();
-    let mut resp = String::new();
-    s.read_to_string(&mut resp).unwrap();
-    let (head, body) = resp.split_once("\r\n\r\n").expect("an HTTP response");
-    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
-    let ctype = head
-        .lines()
-        .find_map(|l| {
-            let (k, v) = l.split_once(':')?;
-            k.eq_ignore_ascii_case("content-type")
-                .then(|| v.trim().to_string())
-        })
-        .unwrap_or_default();
-    (ctype, body.to_string())
+    let r = http_get(addr, "/metrics").expect("GET /metrics");
+    assert_eq!(r.status, 200, "{r:?}");
+    let ctype = r.header("content-type").unwrap_or_default().to_string();
+    (ctype, r.body)
 }
 
 /// The value of the sample whose name and labels are exactly `series`.
@@ -88,27 +77,6 @@ fn scrape_until(child: &mut Child, addr: &str, done: impl Fn(&str) -> bool) -> S
         }
         std::thread::sleep(Duration::from_millis(200));
     }
-}
-
-fn promtool_accepts(body: &str) {
-    let Ok(mut p) = Command::new("promtool")
-        .args(["check", "metrics"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-    else {
-        eprintln!("promtool not installed: `promtool check metrics` skipped");
-        return;
-    };
-    p.stdin.take().unwrap().write_all(body.as_bytes()).unwrap();
-    let out = p.wait_with_output().unwrap();
-    assert!(
-        out.status.success(),
-        "promtool: {}{}\n{body}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
 }
 
 fn sigterm(child: &Child) {
@@ -190,7 +158,7 @@ fn run_serves_the_model_and_its_measurements() {
     );
     let conv = value(&body, &format!("hwqos_loadgen_converged{pair}")).expect("converged");
     assert!(conv == 0.0 || conv == 1.0);
-    promtool_accepts(&body);
+    promtool_check_metrics(&body);
     sigterm(&child);
     let status = child.wait().unwrap();
     assert!(status.success(), "exit after SIGTERM: {status}");
@@ -237,7 +205,7 @@ fn synthesize_reports_convergence() {
     assert!(samples >= 4.0, "converged after {samples} samples");
     assert!(value(&body, &conv_series).unwrap() > 0.0);
     assert!(value(&body, &format!("hwqos_loadgen_knob{pair}")).unwrap() > 0.0);
-    promtool_accepts(&body);
+    promtool_check_metrics(&body);
     sigterm(&child);
     // Stopped during the hold: no model, exit 1 ("stopped by signal").
     let status = child.wait().unwrap();
