@@ -1,9 +1,10 @@
 //! The binary: `--check-config`, exit code 2 with file and key on bad
 //! configuration, SIGHUP reload and SIGTERM exit 0.
 
-use std::io::{BufRead, BufReader, Read, Write};
+use hwqos_testsupport::{http_get, wait_for};
+use std::io::{BufRead, BufReader, Read};
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 const BIN: &str = env!("CARGO_BIN_EXE_hwqos-relay");
 
@@ -49,16 +50,9 @@ fn bad_configuration_exits_2_naming_file_and_key() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("/nonexistent/relay.toml"));
 }
 
+/// The body of `GET /metrics`.
 fn scrape(addr: &str) -> String {
-    let mut s = std::net::TcpStream::connect(addr).unwrap();
-    write!(
-        s,
-        "GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
-    )
-    .unwrap();
-    let mut r = String::new();
-    s.read_to_string(&mut r).unwrap();
-    r
+    http_get(addr, "/metrics").expect("GET /metrics").body
 }
 
 #[test]
@@ -92,11 +86,9 @@ fn sighup_reloads_the_policy_and_sigterm_exits_0() {
         .status()
         .unwrap()
         .success());
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while !scrape(&metrics).contains("policy=\"one:lz4\"") {
-        assert!(Instant::now() < deadline, "reload not applied");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    wait_for("the reload to be applied", Duration::from_secs(20), || {
+        scrape(&metrics).contains("policy=\"one:lz4\"")
+    });
     assert!(Command::new("kill")
         .args(["-TERM", &pid])
         .status()
@@ -217,24 +209,22 @@ fn refused_connections_are_logged_aggregated() {
     }
     let (listen, metrics) = (listen.unwrap(), metrics.unwrap());
     let _held = std::net::TcpStream::connect(&listen).unwrap();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while !scrape(&metrics).contains("\nhwqos_relay_connections 1\n") {
-        assert!(
-            Instant::now() < deadline,
-            "the first connection was not accepted"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    wait_for(
+        "the first connection to be accepted",
+        Duration::from_secs(60),
+        || scrape(&metrics).contains("\nhwqos_relay_connections 1\n"),
+    );
     for _ in 0..200 {
         let mut s = std::net::TcpStream::connect(&listen).unwrap();
         // Refused: closed at once.
         let mut b = Vec::new();
         let _ = s.read_to_end(&mut b);
     }
-    while !scrape(&metrics).contains("\nhwqos_relay_connections_refused 200\n") {
-        assert!(Instant::now() < deadline, "refusals not counted");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    wait_for(
+        "the refusals to be counted",
+        Duration::from_secs(60),
+        || scrape(&metrics).contains("\nhwqos_relay_connections_refused 200\n"),
+    );
     let pid = child.id().to_string();
     assert!(Command::new("kill")
         .args(["-TERM", &pid])

@@ -3,8 +3,7 @@
 //! applies a reload to open connections.
 
 use hwqos_relay::{Config, Mode};
-use std::io::Write;
-use std::process::{Command, Stdio};
+use hwqos_testsupport::{http_get, promtool_check_metrics};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 
@@ -39,25 +38,6 @@ async fn echo_server() -> String {
         }
     });
     addr
-}
-
-fn promtool() -> Option<std::path::PathBuf> {
-    std::env::var_os("PATH")?
-        .to_str()?
-        .split(':')
-        .map(|d| std::path::Path::new(d).join("promtool"))
-        .find(|p| p.is_file())
-}
-
-async fn http_get(addr: std::net::SocketAddr, path: &str) -> (String, String) {
-    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
-    s.write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes())
-        .await
-        .unwrap();
-    let mut resp = String::new();
-    s.read_to_string(&mut resp).await.unwrap();
-    let (head, body) = resp.split_once("\r\n\r\n").unwrap();
-    (head.to_string(), body.to_string())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -129,41 +109,23 @@ async fn a_relay_pair_carries_bytes_both_ways_and_reports_them() {
     // Round-robin sends no padded probes but its RTTs are watched too.
     assert!(body.contains("\nhwqos_relay_link_changes "), "{body}");
 
-    let (head, http_body) = http_get(near.metrics_addr.unwrap(), "/metrics").await;
-    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    // The blocking client runs off the runtime's workers, which serve /metrics.
+    let metrics_addr = near.metrics_addr.unwrap().to_string();
+    let r = tokio::task::spawn_blocking(move || http_get(&metrics_addr, "/metrics"))
+        .await
+        .unwrap()
+        .expect("GET /metrics");
+    assert_eq!(r.status, 200, "{r:?}");
     assert!(
-        head.to_ascii_lowercase()
-            .contains("application/openmetrics-text"),
-        "{head}"
+        r.header("content-type").is_some_and(|v| v
+            .to_ascii_lowercase()
+            .contains("application/openmetrics-text")),
+        "{r:?}"
     );
+    let http_body = r.body;
     assert!(http_body.ends_with("# EOF\n"));
 
-    if let Some(p) = promtool() {
-        let mut child = Command::new(p)
-            .args(["check", "metrics"])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        child
-            .stdin
-            .take()
-            .unwrap()
-            .write_all(http_body.as_bytes())
-            .unwrap();
-        let out = child.wait_with_output().unwrap();
-        assert!(
-            out.status.success(),
-            "promtool: {}{}\n{http_body}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-    } else {
-        eprintln!(
-            "SKIPPED promtool check: `promtool` is not installed (Debian package `prometheus`)"
-        );
-    }
+    promtool_check_metrics(&http_body);
 
     // Reload applies to open connections: keep one open, switch the policy.
     let mut c = tokio::net::TcpStream::connect(near.listen_addr)
