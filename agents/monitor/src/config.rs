@@ -6,6 +6,7 @@
 //! See `deploy/config/monitor.toml` for an example with every key explained.
 
 use crate::db::Format;
+use hwqos_core::metric::names;
 use hwqos_pmu::appmetric::AppSource;
 use hwqos_pmu::derived::CpiPenalties;
 use hwqos_pmu::sampler::SamplerConfig;
@@ -304,34 +305,34 @@ pub fn default_event_sets() -> Vec<Vec<String>> {
     let set = |names: &[&str]| names.iter().map(|s| s.to_string()).collect::<Vec<_>>();
     vec![
         set(&[
-            "sw.task_clock",
-            "sw.page_faults",
-            "sw.context_switches",
-            "sw.cpu_migrations",
+            names::SW_TASK_CLOCK,
+            names::SW_PAGE_FAULTS,
+            names::SW_CONTEXT_SWITCHES,
+            names::SW_CPU_MIGRATIONS,
         ]),
         set(&[
-            "hw.cycles",
-            "hw.instructions",
-            "hw.branches",
-            "hw.branch.miss",
+            names::HW_CYCLES,
+            names::HW_INSTRUCTIONS,
+            names::HW_BRANCHES,
+            names::HW_BRANCH_MISS,
         ]),
         set(&[
-            "hw.cycles",
-            "hw.instructions",
-            "hw.l1d.access",
-            "hw.l1d.miss",
+            names::HW_CYCLES,
+            names::HW_INSTRUCTIONS,
+            names::HW_L1D_ACCESS,
+            names::HW_L1D_MISS,
         ]),
         set(&[
-            "hw.cycles",
-            "hw.instructions",
-            "hw.llc.access",
-            "hw.llc.miss",
+            names::HW_CYCLES,
+            names::HW_INSTRUCTIONS,
+            names::HW_LLC_ACCESS,
+            names::HW_LLC_MISS,
         ]),
         set(&[
-            "hw.cycles",
-            "hw.instructions",
-            "hw.dtlb.miss",
-            "hw.itlb.miss",
+            names::HW_CYCLES,
+            names::HW_INSTRUCTIONS,
+            names::HW_DTLB_MISS,
+            names::HW_ITLB_MISS,
         ]),
     ]
 }

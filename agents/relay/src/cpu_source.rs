@@ -18,6 +18,7 @@
 use hwqos_api::{ApiClient, FrameFilter, MetricPattern, ScopePattern};
 use hwqos_compress::throttle::affinity_cpus;
 use hwqos_compress::{CpuAggregate, CpuLoad};
+use hwqos_core::metric::names;
 use hwqos_core::Scope;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -32,7 +33,7 @@ pub const RETRY: Duration = Duration::from_secs(5);
 const READ_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The metric the monitor publishes per CPU (its procfs sampler).
-const CPU_UTIL: &str = "os.cpu.util";
+const CPU_UTIL: &str = names::OS_CPU_UTIL;
 
 /// Which source the throttle reads (the reader thread switches it as the
 /// monitor comes and goes; each reading confirms it).

@@ -31,6 +31,7 @@
 //! threshold = 0.5
 //! ```
 
+use hwqos_core::metric::names;
 use hwqos_pmu::appmetric::AppSource;
 use hwqos_pmu::target::TargetSelector;
 use serde::Deserialize;
@@ -148,10 +149,10 @@ fn default_api_socket() -> PathBuf {
 
 fn default_events() -> Vec<String> {
     vec![
-        "sw.page_faults".into(),
-        "sw.task_clock".into(),
-        "sw.context_switches".into(),
-        "sw.cpu_migrations".into(),
+        names::SW_PAGE_FAULTS.into(),
+        names::SW_TASK_CLOCK.into(),
+        names::SW_CONTEXT_SWITCHES.into(),
+        names::SW_CPU_MIGRATIONS.into(),
     ]
 }
 

@@ -10,6 +10,7 @@ use crate::args::RecordArgs;
 use crate::child::{self, HeldChild};
 use crate::error::usage;
 use anyhow::{Context, Result};
+use hwqos_core::metric::names;
 use hwqos_core::recording::{
     self, CounterClass, RecordedBackend, RecordingHeader, RecordingWriter,
 };
@@ -28,12 +29,12 @@ use std::time::{Duration, Instant};
 pub fn default_event_sets() -> Vec<Vec<String>> {
     vec![
         vec![
-            "sw.task_clock".into(),
-            "sw.context_switches".into(),
-            "sw.page_faults".into(),
-            "sw.cpu_migrations".into(),
+            names::SW_TASK_CLOCK.into(),
+            names::SW_CONTEXT_SWITCHES.into(),
+            names::SW_PAGE_FAULTS.into(),
+            names::SW_CPU_MIGRATIONS.into(),
         ],
-        vec!["hw.instructions".into(), "hw.cycles".into()],
+        vec![names::HW_INSTRUCTIONS.into(), names::HW_CYCLES.into()],
     ]
 }
 

@@ -18,6 +18,7 @@
 //! lines (`hwqos.stat/1`).
 
 use anyhow::{Context, Result};
+use hwqos_core::metric::names;
 use hwqos_core::metric::Unit;
 use hwqos_core::{CounterReading, MetricName, Scope};
 use hwqos_pmu::backend::{CountTarget, CounterBackend, GroupId};
@@ -191,7 +192,7 @@ impl StatEvent {
     fn is_task_clock(&self) -> bool {
         self.metric
             .as_ref()
-            .is_some_and(|m| matches!(m.as_str(), "sw.task_clock" | "sw.cpu_clock"))
+            .is_some_and(|m| matches!(m.as_str(), names::SW_TASK_CLOCK | names::SW_CPU_CLOCK))
     }
 
     fn mark_unavailable(&mut self, reason: String) {

@@ -20,6 +20,7 @@ use crate::args::TopArgs;
 use crate::error::usage;
 use crate::record::{node_sampler, parse_event_sets};
 use anyhow::{Context, Result};
+use hwqos_core::metric::names;
 use hwqos_core::ticker::Ticker;
 use hwqos_core::{Frame, Scope, Timestamp};
 use hwqos_pmu::sampler::SamplerConfig;
@@ -32,10 +33,10 @@ use std::time::Duration;
 /// where there is no PMU).
 pub fn default_event_sets() -> Vec<Vec<String>> {
     vec![vec![
-        "sw.context_switches".into(),
-        "sw.page_faults".into(),
-        "hw.instructions".into(),
-        "hw.cycles".into(),
+        names::SW_CONTEXT_SWITCHES.into(),
+        names::SW_PAGE_FAULTS.into(),
+        names::HW_INSTRUCTIONS.into(),
+        names::HW_CYCLES.into(),
     ]]
 }
 
@@ -61,12 +62,12 @@ pub fn render_frame(frame: &Frame, top: usize) -> String {
         "hwqos top — {}  interval {:.2} s  cpu {}  runnable {}  load1 {}  ctxsw/s {}  irq/s {}  mem avail {}",
         hwqos_core::time::format_rfc3339(frame.time.wall_ns),
         frame.interval_ns as f64 / 1e9,
-        cell(frame.value(&sys, "os.cpu.util"), |v| format!("{:.1}%", v * 100.0)),
-        cell(frame.value(&sys, "os.runqueue"), |v| format!("{v:.0}")),
-        cell(frame.value(&sys, "os.load1"), |v| format!("{v:.2}")),
-        cell(per_sec(frame, &sys, "os.ctxt"), |v| format!("{v:.0}")),
-        cell(per_sec(frame, &sys, "os.interrupts"), |v| format!("{v:.0}")),
-        cell(frame.value(&sys, "os.mem.available"), |v| format!("{:.0} MiB", v / 1048576.0)),
+        cell(frame.value(&sys, names::OS_CPU_UTIL), |v| format!("{:.1}%", v * 100.0)),
+        cell(frame.value(&sys, names::OS_RUNQUEUE), |v| format!("{v:.0}")),
+        cell(frame.value(&sys, names::OS_LOAD1), |v| format!("{v:.2}")),
+        cell(per_sec(frame, &sys, names::OS_CTXT), |v| format!("{v:.0}")),
+        cell(per_sec(frame, &sys, names::OS_INTERRUPTS), |v| format!("{v:.0}")),
+        cell(frame.value(&sys, names::OS_MEM_AVAILABLE), |v| format!("{:.0} MiB", v / 1048576.0)),
     );
     let _ = writeln!(
         out,
@@ -88,23 +89,29 @@ pub fn render_frame(frame: &Frame, top: usize) -> String {
         let _ = writeln!(
             out,
             "{cpu:>5} {:>6} {:>6} {:>6} {:>6} {:>9} {:>9} {:>9} {:>6}",
-            pct("os.cpu.util"),
-            pct("os.cpu.user"),
-            pct("os.cpu.system"),
-            pct("os.cpu.irq"),
-            cell(per_sec(frame, &s, "os.interrupts"), |v| format!("{v:.0}")),
-            cell(per_sec(frame, &s, "os.softirqs"), |v| format!("{v:.0}")),
-            cell(per_sec(frame, &s, "sw.context_switches"), |v| format!(
+            pct(names::OS_CPU_UTIL),
+            pct(names::OS_CPU_USER),
+            pct(names::OS_CPU_SYSTEM),
+            pct(names::OS_CPU_IRQ),
+            cell(per_sec(frame, &s, names::OS_INTERRUPTS), |v| format!(
                 "{v:.0}"
             )),
-            cell(frame.value(&s, "derived.ipc"), |v| format!("{v:.2}")),
+            cell(per_sec(frame, &s, names::OS_SOFTIRQS), |v| format!(
+                "{v:.0}"
+            )),
+            cell(per_sec(frame, &s, names::SW_CONTEXT_SWITCHES), |v| format!(
+                "{v:.0}"
+            )),
+            cell(frame.value(&s, names::DERIVED_IPC), |v| format!("{v:.2}")),
         );
     }
     let mut procs: Vec<(u32, f64)> = frame
         .scopes()
         .into_iter()
         .filter_map(|s| match s {
-            Scope::Process { pid } => Some((*pid, frame.value(s, "os.proc.cpu").unwrap_or(0.0))),
+            Scope::Process { pid } => {
+                Some((*pid, frame.value(s, names::OS_PROC_CPU).unwrap_or(0.0)))
+            }
             _ => None,
         })
         .collect();
@@ -133,27 +140,29 @@ pub fn render_frame(frame: &Frame, top: usize) -> String {
                 .chars()
                 .take(16)
                 .collect::<String>(),
-            cell(frame.value(&s, "os.proc.cpu"), |v| format!(
+            cell(frame.value(&s, names::OS_PROC_CPU), |v| format!(
                 "{:.1}",
                 v * 100.0
             )),
-            cell(frame.value(&s, "os.proc.threads"), |v| format!("{v:.0}")),
-            cell(frame.value(&s, "os.proc.rss"), |v| format!(
+            cell(frame.value(&s, names::OS_PROC_THREADS), |v| format!(
+                "{v:.0}"
+            )),
+            cell(frame.value(&s, names::OS_PROC_RSS), |v| format!(
                 "{:.1}",
                 v / 1048576.0
             )),
             cell(
-                per_sec(frame, &s, "sw.page_faults").or_else(|| per_sec(
+                per_sec(frame, &s, names::SW_PAGE_FAULTS).or_else(|| per_sec(
                     frame,
                     &s,
-                    "os.proc.minor_faults"
+                    names::OS_PROC_MINOR_FAULTS
                 )),
                 |v| format!("{v:.0}")
             ),
-            cell(per_sec(frame, &s, "sw.context_switches"), |v| format!(
+            cell(per_sec(frame, &s, names::SW_CONTEXT_SWITCHES), |v| format!(
                 "{v:.0}"
             )),
-            cell(frame.value(&s, "derived.ipc"), |v| format!("{v:.2}")),
+            cell(frame.value(&s, names::DERIVED_IPC), |v| format!("{v:.2}")),
         );
     }
     out

@@ -1,6 +1,7 @@
 //! The metrics a load model can hold, how each is measured (which recording /
 //! monitor metrics it is computed from) and which values are possible.
 
+use hwqos_core::metric::names;
 use serde::{Deserialize, Serialize};
 use std::fmt;
 use std::str::FromStr;
@@ -98,16 +99,18 @@ impl LoadMetric {
     /// How the metric is computed from per-CPU monitor samples.
     pub fn formula(self) -> Formula {
         match self {
-            LoadMetric::CpuUtil => Formula::Gauge("os.cpu.util"),
-            LoadMetric::PageFaultRate => Formula::Rate("sw.page_faults"),
-            LoadMetric::ContextSwitchRate => Formula::Rate("sw.context_switches"),
-            LoadMetric::L1dMissRatio => Formula::Ratio("hw.l1d.miss", "hw.l1d.access"),
-            LoadMetric::L2MissRatio => Formula::Ratio("hw.l2.miss", "hw.l2.access"),
-            LoadMetric::LlcMissRatio => Formula::Ratio("hw.llc.miss", "hw.llc.access"),
-            LoadMetric::L1iMissRatio => Formula::Ratio("hw.l1i.miss", "hw.l1i.access"),
-            LoadMetric::DtlbMissRatio => Formula::Ratio("hw.dtlb.miss", "hw.dtlb.access"),
-            LoadMetric::ItlbMissRatio => Formula::Ratio("hw.itlb.miss", "hw.itlb.access"),
-            LoadMetric::BranchMissRatio => Formula::Ratio("hw.branch.miss", "hw.branches"),
+            LoadMetric::CpuUtil => Formula::Gauge(names::OS_CPU_UTIL),
+            LoadMetric::PageFaultRate => Formula::Rate(names::SW_PAGE_FAULTS),
+            LoadMetric::ContextSwitchRate => Formula::Rate(names::SW_CONTEXT_SWITCHES),
+            LoadMetric::L1dMissRatio => Formula::Ratio(names::HW_L1D_MISS, names::HW_L1D_ACCESS),
+            LoadMetric::L2MissRatio => Formula::Ratio(names::HW_L2_MISS, names::HW_L2_ACCESS),
+            LoadMetric::LlcMissRatio => Formula::Ratio(names::HW_LLC_MISS, names::HW_LLC_ACCESS),
+            LoadMetric::L1iMissRatio => Formula::Ratio(names::HW_L1I_MISS, names::HW_L1I_ACCESS),
+            LoadMetric::DtlbMissRatio => Formula::Ratio(names::HW_DTLB_MISS, names::HW_DTLB_ACCESS),
+            LoadMetric::ItlbMissRatio => Formula::Ratio(names::HW_ITLB_MISS, names::HW_ITLB_ACCESS),
+            LoadMetric::BranchMissRatio => {
+                Formula::Ratio(names::HW_BRANCH_MISS, names::HW_BRANCHES)
+            }
             LoadMetric::MemBandwidth | LoadMetric::IoWriteRate => Formula::SelfReported,
         }
     }

@@ -16,6 +16,7 @@ use crate::control::KnobSink;
 use crate::metric::LoadMetric;
 use crate::source::{values_from_frame, Measurement, MetricSource};
 use crate::LoadError;
+use hwqos_core::metric::names;
 use hwqos_core::{Sample, Scope, Timestamp};
 use hwqos_pmu::backend::sim::{Script, SimBackend, SimSubject};
 use hwqos_pmu::catalog::Catalog;
@@ -24,14 +25,14 @@ use hwqos_pmu::target::Resolver;
 use std::collections::BTreeMap;
 
 const EVENTS: [&str; 8] = [
-    "hw.l1d.access",
-    "hw.l1d.miss",
-    "hw.l2.access",
-    "hw.l2.miss",
-    "hw.llc.access",
-    "hw.llc.miss",
-    "sw.page_faults",
-    "sw.context_switches",
+    names::HW_L1D_ACCESS,
+    names::HW_L1D_MISS,
+    names::HW_L2_ACCESS,
+    names::HW_L2_MISS,
+    names::HW_LLC_ACCESS,
+    names::HW_LLC_MISS,
+    names::SW_PAGE_FAULTS,
+    names::SW_CONTEXT_SWITCHES,
 ];
 
 /// The simulated plant; it is both the metric source and the knob sink.
@@ -131,20 +132,20 @@ impl MetricSource for SimPlant {
             let bg = self.bg(LoadMetric::L1dMissRatio, cpu);
             let l1 = (a + b + c + bg).min(1.0);
             let rates = [
-                ("hw.l1d.access", 1.0),
-                ("hw.l1d.miss", l1),
-                ("hw.l2.access", l1),
-                ("hw.l2.miss", b + c + bg),
-                ("hw.llc.access", b + c + bg),
-                ("hw.llc.miss", c),
+                (names::HW_L1D_ACCESS, 1.0),
+                (names::HW_L1D_MISS, l1),
+                (names::HW_L2_ACCESS, l1),
+                (names::HW_L2_MISS, b + c + bg),
+                (names::HW_LLC_ACCESS, b + c + bg),
+                (names::HW_LLC_MISS, c),
                 (
-                    "sw.page_faults",
+                    names::SW_PAGE_FAULTS,
                     (self.bg(LoadMetric::PageFaultRate, cpu)
                         + self.eff(LoadMetric::PageFaultRate, cpu))
                         / 1e9,
                 ),
                 (
-                    "sw.context_switches",
+                    names::SW_CONTEXT_SWITCHES,
                     (self.bg(LoadMetric::ContextSwitchRate, cpu)
                         + 1.9 * self.eff(LoadMetric::ContextSwitchRate, cpu))
                         / 1e9,
@@ -169,7 +170,7 @@ impl MetricSource for SimPlant {
             frame.samples.push(Sample::gauge(
                 time,
                 Scope::Cpu { cpu },
-                hwqos_core::MetricName::from_static("os.cpu.util"),
+                hwqos_core::MetricName::from_static(names::OS_CPU_UTIL),
                 util,
             ));
         }

@@ -7,6 +7,7 @@
 
 use crate::metric::{Formula, LoadMetric};
 use crate::LoadError;
+use hwqos_core::metric::names;
 use hwqos_core::{Frame, Scope};
 use hwqos_pmu::procfs::{parse_proc_stat, CpuTimes};
 use hwqos_pmu::sampler::{Sampler, SamplerConfig};
@@ -78,14 +79,14 @@ pub enum MeasureOn {
 
 /// Metrics summed over processes and re-labelled as one CPU's.
 const PROCESS_SUMS: [&str; 8] = [
-    "sw.task_clock",
-    "sw.page_faults",
-    "sw.context_switches",
-    "hw.l1d.miss",
-    "hw.l1d.access",
-    "hw.llc.miss",
-    "hw.llc.access",
-    "hw.branch.miss",
+    names::SW_TASK_CLOCK,
+    names::SW_PAGE_FAULTS,
+    names::SW_CONTEXT_SWITCHES,
+    names::HW_L1D_MISS,
+    names::HW_L1D_ACCESS,
+    names::HW_LLC_MISS,
+    names::HW_LLC_ACCESS,
+    names::HW_BRANCH_MISS,
 ];
 
 /// A frame whose process scopes (those in `pids`, or all when empty) are
@@ -114,12 +115,12 @@ pub fn processes_as_cpu(frame: &Frame, pids: &[u32], cpu: u32) -> Frame {
             *v,
         ));
     }
-    if let Some(tc) = sums.get("sw.task_clock") {
+    if let Some(tc) = sums.get(names::SW_TASK_CLOCK) {
         if frame.interval_ns > 0 {
             out.samples.push(hwqos_core::Sample::gauge(
                 frame.time,
                 Scope::Cpu { cpu },
-                hwqos_core::MetricName::from_static("os.cpu.util"),
+                hwqos_core::MetricName::from_static(names::OS_CPU_UTIL),
                 (tc / frame.interval_ns as f64).clamp(0.0, 1.0),
             ));
         }
@@ -170,7 +171,7 @@ impl LocalSource {
                     "measuring processes {pids:?} attributes them to one CPU, but the targets are on CPUs {cpus:?}"
                 )));
             }
-            events.push("sw.task_clock".into());
+            events.push(names::SW_TASK_CLOCK.into());
         }
         for (m, _) in wanted {
             for e in m.events() {

@@ -12,6 +12,7 @@
 //! the measured CPI is the base (real work plus unattributed stalls). Penalties
 //! come from a configurable [`CpiPenalties`] table.
 
+use hwqos_core::metric::names;
 use hwqos_core::metric::rate_name;
 use hwqos_core::MetricName;
 use serde::{Deserialize, Serialize};
@@ -62,13 +63,17 @@ impl CpiPenalties {
     /// `(component metric, miss event metric, penalty)` for every level.
     fn levels(&self) -> [(&'static str, &'static str, f64); 7] {
         [
-            ("derived.cpi.l1d", "hw.l1d.miss", self.l1d),
-            ("derived.cpi.l1i", "hw.l1i.miss", self.l1i),
-            ("derived.cpi.l2", "hw.l2.miss", self.l2),
-            ("derived.cpi.llc", "hw.llc.miss", self.llc),
-            ("derived.cpi.dtlb", "hw.dtlb.miss", self.dtlb),
-            ("derived.cpi.itlb", "hw.itlb.miss", self.itlb),
-            ("derived.cpi.branch", "hw.branch.miss", self.branch),
+            (names::DERIVED_CPI_L1D, names::HW_L1D_MISS, self.l1d),
+            (names::DERIVED_CPI_L1I, names::HW_L1I_MISS, self.l1i),
+            (names::DERIVED_CPI_L2, names::HW_L2_MISS, self.l2),
+            (names::DERIVED_CPI_LLC, names::HW_LLC_MISS, self.llc),
+            (names::DERIVED_CPI_DTLB, names::HW_DTLB_MISS, self.dtlb),
+            (names::DERIVED_CPI_ITLB, names::HW_ITLB_MISS, self.itlb),
+            (
+                names::DERIVED_CPI_BRANCH,
+                names::HW_BRANCH_MISS,
+                self.branch,
+            ),
         ]
     }
 
@@ -149,11 +154,31 @@ pub fn cpi_stack(
 }
 
 const MISS_RATIOS: &[(&str, &str, &str)] = &[
-    ("derived.l1d.miss_ratio", "hw.l1d.miss", "hw.l1d.access"),
-    ("derived.l2.miss_ratio", "hw.l2.miss", "hw.l2.access"),
-    ("derived.llc.miss_ratio", "hw.llc.miss", "hw.llc.access"),
-    ("derived.dtlb.miss_ratio", "hw.dtlb.miss", "hw.dtlb.access"),
-    ("derived.branch.miss_ratio", "hw.branch.miss", "hw.branches"),
+    (
+        names::DERIVED_L1D_MISS_RATIO,
+        names::HW_L1D_MISS,
+        names::HW_L1D_ACCESS,
+    ),
+    (
+        names::DERIVED_L2_MISS_RATIO,
+        names::HW_L2_MISS,
+        names::HW_L2_ACCESS,
+    ),
+    (
+        names::DERIVED_LLC_MISS_RATIO,
+        names::HW_LLC_MISS,
+        names::HW_LLC_ACCESS,
+    ),
+    (
+        names::DERIVED_DTLB_MISS_RATIO,
+        names::HW_DTLB_MISS,
+        names::HW_DTLB_ACCESS,
+    ),
+    (
+        names::DERIVED_BRANCH_MISS_RATIO,
+        names::HW_BRANCH_MISS,
+        names::HW_BRANCHES,
+    ),
 ];
 
 /// Everything derivable from one group's (scaled) counts over an interval of
@@ -176,28 +201,29 @@ pub fn derive(
         for name in names {
             out.push((rate_name(name), counts[name] / secs));
         }
-        if let Some(task_clock) = get("sw.task_clock") {
+        if let Some(task_clock) = get(names::SW_TASK_CLOCK) {
             out.push((
-                MetricName::from_static("derived.cpu_utilization"),
+                MetricName::from_static(names::DERIVED_CPU_UTILIZATION),
                 task_clock / interval_ns as f64,
             ));
         }
     }
-    if let (Some(instructions), Some(cycles)) = (get("hw.instructions"), get("hw.cycles")) {
+    if let (Some(instructions), Some(cycles)) = (get(names::HW_INSTRUCTIONS), get(names::HW_CYCLES))
+    {
         if cycles > 0.0 {
             out.push((
-                MetricName::from_static("derived.ipc"),
+                MetricName::from_static(names::DERIVED_IPC),
                 instructions / cycles,
             ));
         }
         if instructions > 0.0 {
             out.push((
-                MetricName::from_static("derived.cpi"),
+                MetricName::from_static(names::DERIVED_CPI),
                 cycles / instructions,
             ));
         }
         if let Some(stack) = cpi_stack(counts, instructions, cycles, penalties) {
-            out.push((MetricName::from_static("derived.cpi.base"), stack.base));
+            out.push((MetricName::from_static(names::DERIVED_CPI_BASE), stack.base));
             out.extend(stack.components);
         }
     }

@@ -35,6 +35,7 @@ use crate::event::perf_type;
 use crate::procfs::ProcfsSampler;
 use crate::target::{online_cpus, Resolved, Resolver, TargetSelector};
 use crate::{Event, PmuError};
+use hwqos_core::metric::names;
 use hwqos_core::{CounterReading, Frame, MetricName, Sample, Scope, ScopeLabel, Timestamp};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap};
@@ -793,7 +794,7 @@ fn report(
     // non-idle share (`os.cpu.util`), never task-clock over the interval.
     let counts_only_busy_time = !matches!(scope, Scope::Cpu { .. } | Scope::System);
     for (metric, value) in derived::derive(&counts, interval_ns, penalties) {
-        if !counts_only_busy_time && metric.as_str() == "derived.cpu_utilization" {
+        if !counts_only_busy_time && metric.as_str() == names::DERIVED_CPU_UTILIZATION {
             continue;
         }
         out.push(Sample::gauge(time, scope.clone(), metric, value));

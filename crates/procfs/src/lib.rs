@@ -34,6 +34,7 @@
 
 #![deny(missing_docs)]
 
+use hwqos_core::metric::names;
 use hwqos_core::{MetricName, Sample, Scope, Timestamp};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::io;
@@ -497,14 +498,14 @@ impl ProcfsSampler {
             Sample::gauge(
                 time,
                 Scope::System,
-                metric("os.runqueue"),
+                metric(names::OS_RUNQUEUE),
                 load.runnable as f64,
             ),
-            Sample::gauge(time, Scope::System, metric("os.load1"), load.load1),
+            Sample::gauge(time, Scope::System, metric(names::OS_LOAD1), load.load1),
             Sample::gauge(
                 time,
                 Scope::System,
-                metric("os.mem.available"),
+                metric(names::OS_MEM_AVAILABLE),
                 mem_available as f64,
             ),
         ];
@@ -528,17 +529,23 @@ impl ProcfsSampler {
             out.push(Sample::gauge(
                 time,
                 Scope::System,
-                metric("os.ctxt"),
+                metric(names::OS_CTXT),
                 now.stat.ctxt.saturating_sub(prev.stat.ctxt) as f64,
             ));
             table_deltas(
                 &mut out,
                 time,
-                "os.interrupts",
+                names::OS_INTERRUPTS,
                 &prev.interrupts,
                 &now.interrupts,
             );
-            table_deltas(&mut out, time, "os.softirqs", &prev.softirqs, &now.softirqs);
+            table_deltas(
+                &mut out,
+                time,
+                names::OS_SOFTIRQS,
+                &prev.softirqs,
+                &now.softirqs,
+            );
         }
         self.system = Some(now);
         Ok(out)
@@ -565,13 +572,13 @@ impl ProcfsSampler {
             Sample::gauge(
                 time,
                 scope.clone(),
-                metric("os.proc.threads"),
+                metric(names::OS_PROC_THREADS),
                 stat.num_threads as f64,
             ),
             Sample::gauge(
                 time,
                 scope.clone(),
-                metric("os.proc.rss"),
+                metric(names::OS_PROC_RSS),
                 stat.rss_pages.saturating_mul(self.page_size) as f64,
             ),
         ];
@@ -595,20 +602,20 @@ impl ProcfsSampler {
                 out.push(Sample::gauge(
                     time,
                     scope.clone(),
-                    metric("os.proc.cpu"),
+                    metric(names::OS_PROC_CPU),
                     cpu_s / secs,
                 ));
             }
             out.push(Sample::gauge(
                 time,
                 scope.clone(),
-                metric("os.proc.minor_faults"),
+                metric(names::OS_PROC_MINOR_FAULTS),
                 now.minflt.saturating_sub(prev.minflt) as f64,
             ));
             out.push(Sample::gauge(
                 time,
                 scope,
-                metric("os.proc.major_faults"),
+                metric(names::OS_PROC_MAJOR_FAULTS),
                 now.majflt.saturating_sub(prev.majflt) as f64,
             ));
         }
@@ -644,11 +651,11 @@ fn cpu_ratios(out: &mut Vec<Sample>, time: Timestamp, scope: Scope, d: &CpuTimes
     let t = total as f64;
     let busy = total - d.idle - d.iowait;
     for (name, v) in [
-        ("os.cpu.util", busy),
-        ("os.cpu.user", d.user + d.nice),
-        ("os.cpu.system", d.system),
-        ("os.cpu.iowait", d.iowait),
-        ("os.cpu.irq", d.irq + d.softirq),
+        (names::OS_CPU_UTIL, busy),
+        (names::OS_CPU_USER, d.user + d.nice),
+        (names::OS_CPU_SYSTEM, d.system),
+        (names::OS_CPU_IOWAIT, d.iowait),
+        (names::OS_CPU_IRQ, d.irq + d.softirq),
     ] {
         out.push(Sample::gauge(
             time,

@@ -4,6 +4,7 @@
 //! draws what this module computes, so everything here is tested without a
 //! terminal.
 
+use hwqos_core::metric::names;
 use hwqos_core::{Frame, Scope};
 use std::cmp::Ordering;
 use std::collections::HashMap;
@@ -387,8 +388,8 @@ pub fn process_rows(v: &Values<'_>, ipc_available: bool) -> Vec<Row> {
         .map(|pid| {
             let s = Scope::Process { pid };
             let faults = v
-                .per_sec(&s, "sw.page_faults")
-                .or_else(|| v.per_sec(&s, "os.proc.minor_faults"));
+                .per_sec(&s, names::SW_PAGE_FAULTS)
+                .or_else(|| v.per_sec(&s, names::OS_PROC_MINOR_FAULTS));
             Row {
                 id: pid,
                 cells: vec![
@@ -397,15 +398,15 @@ pub fn process_rows(v: &Values<'_>, ipc_available: bool) -> Vec<Row> {
                         text: pid.to_string(),
                     },
                     Cell::Text(frame.label(&s).unwrap_or("?").to_string()),
-                    v.pct(&s, "os.proc.cpu"),
-                    Cell::number(v.get(&s, "os.proc.threads"), |x| format!("{x:.0}")),
-                    Cell::number(v.get(&s, "os.proc.rss"), |x| {
+                    v.pct(&s, names::OS_PROC_CPU),
+                    Cell::number(v.get(&s, names::OS_PROC_THREADS), |x| format!("{x:.0}")),
+                    Cell::number(v.get(&s, names::OS_PROC_RSS), |x| {
                         format!("{:.1}", x / 1048576.0)
                     }),
                     Cell::number(faults, |x| format!("{x:.0}")),
-                    v.rate(&s, "sw.context_switches"),
-                    v.ratio(&s, "derived.ipc", ipc_available),
-                    v.ratio(&s, "derived.cpi", ipc_available),
+                    v.rate(&s, names::SW_CONTEXT_SWITCHES),
+                    v.ratio(&s, names::DERIVED_IPC, ipc_available),
+                    v.ratio(&s, names::DERIVED_CPI, ipc_available),
                 ],
             }
         })
@@ -432,16 +433,16 @@ pub fn cpu_rows(v: &Values<'_>, ipc_available: bool) -> Vec<Row> {
                 id: cpu,
                 cells: vec![
                     Cell::Text(format!("cpu{cpu}")),
-                    v.pct(&s, "os.cpu.util"),
-                    v.pct(&s, "os.cpu.user"),
-                    v.pct(&s, "os.cpu.system"),
-                    v.pct(&s, "os.cpu.irq"),
-                    v.rate(&s, "os.interrupts"),
-                    v.rate(&s, "os.softirqs"),
-                    v.rate(&s, "sw.context_switches"),
-                    v.rate(&s, "sw.page_faults"),
-                    v.ratio(&s, "derived.ipc", ipc_available),
-                    v.ratio(&s, "derived.cpi", ipc_available),
+                    v.pct(&s, names::OS_CPU_UTIL),
+                    v.pct(&s, names::OS_CPU_USER),
+                    v.pct(&s, names::OS_CPU_SYSTEM),
+                    v.pct(&s, names::OS_CPU_IRQ),
+                    v.rate(&s, names::OS_INTERRUPTS),
+                    v.rate(&s, names::OS_SOFTIRQS),
+                    v.rate(&s, names::SW_CONTEXT_SWITCHES),
+                    v.rate(&s, names::SW_PAGE_FAULTS),
+                    v.ratio(&s, names::DERIVED_IPC, ipc_available),
+                    v.ratio(&s, names::DERIVED_CPI, ipc_available),
                 ],
             }
         })
@@ -469,17 +470,19 @@ pub fn system_line(v: &Values<'_>, processes: usize) -> String {
     let c = |x: Cell| x.text().to_string();
     format!(
         "cpu {}%  runnable {}  load {}  ctxsw/s {}  irq/s {}  mem avail {} MiB  {} processes",
-        c(v.pct(&sys, "os.cpu.util")),
-        c(Cell::number(v.get(&sys, "os.runqueue"), |x| format!(
+        c(v.pct(&sys, names::OS_CPU_UTIL)),
+        c(Cell::number(v.get(&sys, names::OS_RUNQUEUE), |x| format!(
             "{x:.0}"
         ))),
-        c(Cell::number(v.get(&sys, "os.load1"), |x| format!("{x:.2}"))),
-        c(v.rate(&sys, "os.ctxt")),
-        c(v.rate(&sys, "os.interrupts")),
-        c(Cell::number(v.get(&sys, "os.mem.available"), |x| format!(
-            "{:.0}",
-            x / 1048576.0
+        c(Cell::number(v.get(&sys, names::OS_LOAD1), |x| format!(
+            "{x:.2}"
         ))),
+        c(v.rate(&sys, names::OS_CTXT)),
+        c(v.rate(&sys, names::OS_INTERRUPTS)),
+        c(Cell::number(
+            v.get(&sys, names::OS_MEM_AVAILABLE),
+            |x| format!("{:.0}", x / 1048576.0)
+        )),
         processes,
     )
 }
@@ -519,7 +522,7 @@ pub fn ipc_note(
     unavailable: &[(String, String)],
     has_pmu: bool,
 ) -> Option<String> {
-    const NEEDED: [&str; 2] = ["hw.cycles", "hw.instructions"];
+    const NEEDED: [&str; 2] = [names::HW_CYCLES, names::HW_INSTRUCTIONS];
     let missing: Vec<&str> = NEEDED
         .iter()
         .copied()

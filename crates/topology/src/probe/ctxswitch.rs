@@ -11,6 +11,7 @@
 //! be 2 per round trip, plus the rare preemption by other work on that CPU.
 
 use super::{pin, ProbeError, ProbeOptions};
+use hwqos_core::metric::names;
 use hwqos_core::stats::{summarize, Summary};
 use hwqos_core::time::monotonic_ns;
 use hwqos_pmu::backend::perf::PerfBackend;
@@ -106,7 +107,7 @@ impl SwitchCounter {
     /// Opens (disabled) one counter per task.
     pub fn open(tids: &[u32]) -> Result<SwitchCounter, String> {
         let event = hwqos_pmu::catalog::Catalog::for_this_node()
-            .resolve("sw.context_switches")
+            .resolve(names::SW_CONTEXT_SWITCHES)
             .map_err(|e| e.to_string())?;
         let mut backend = PerfBackend::new();
         let mut groups = Vec::new();
