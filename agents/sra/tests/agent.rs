@@ -163,6 +163,7 @@ fn thaw_continues_processes_named_in_the_state_file() {
     let dir = tempfile::tempdir().unwrap();
     let mut victim = Command::new("sleep").arg("30").spawn().unwrap();
     let pid = victim.id();
+    // SAFETY: kill(2) on a process of this test; no memory is involved.
     unsafe { libc::kill(pid as i32, libc::SIGSTOP) };
     wait_for("stop", Duration::from_secs(30), || state(pid) == Some('T'));
     std::fs::write(
@@ -369,6 +370,7 @@ threshold = 0.0
             .map(|a| a == cpus)
             .unwrap_or(false)
     });
+    // SAFETY: kill(2) on a process of this test; no memory is involved.
     unsafe { libc::kill(agent.id() as i32, libc::SIGTERM) };
     let status = agent.wait().unwrap();
     let mut err = String::new();
@@ -441,6 +443,7 @@ fn metrics_endpoint_shows_the_enforcement() {
     );
     assert!(body.ends_with("# EOF\n"));
     promtool_check_metrics(&body);
+    // SAFETY: kill(2) on a process of this test; no memory is involved.
     unsafe { libc::kill(agent.id() as i32, libc::SIGTERM) };
     assert!(agent.wait().unwrap().success());
     assert_ne!(state(pid), Some('T'));

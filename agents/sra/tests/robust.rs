@@ -158,6 +158,7 @@ impl Setup {
         let left_stopped = !poll(200, || state(pid) != Some('T'));
         if left_stopped {
             // Leave nothing stopped behind the failing test.
+            // SAFETY: kill(2) on a process of this test; no memory is involved.
             unsafe { libc::kill(pid as i32, libc::SIGCONT) };
         }
         let faults = minor_faults(pid);
@@ -272,6 +273,7 @@ fn apply_via_shell(
     if !exited {
         // It stopped itself: kill it; its guardian thaws whatever it held.
         for g in guardians(pid) {
+            // SAFETY: kill(2) on a process of this test; no memory is involved.
             unsafe { libc::kill(g as i32, libc::SIGCONT) };
         }
         kill9(pid);

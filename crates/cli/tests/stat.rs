@@ -565,6 +565,7 @@ fn groups_modifiers_threads_and_repeats_like_perf() {
     assert!(stderr(&o).contains("( +-"), "{}", stderr(&o));
 
     // -t: one thread, not its siblings. The calling thread of this test sleeps.
+    // SAFETY: gettid has no preconditions.
     let tid = unsafe { libc::gettid() }.to_string();
     let (o, counts) = stat_to_file(&[
         "--json-full",

@@ -80,6 +80,7 @@ fn workload_child_entry() {
 
 fn pingpong(round_trips: u64) {
     // Both threads on one CPU: every hand-over is exactly one context switch.
+    // SAFETY: sched_getcpu has no preconditions.
     let cpu = unsafe { libc::sched_getcpu() }.max(0) as usize;
     let mut set = nix::sched::CpuSet::new();
     set.set(cpu).unwrap();
@@ -117,6 +118,7 @@ fn burn_thread_cpu(ns: u64) {
 /// The kernel's own (voluntary, involuntary) context-switch counts of this
 /// process, finished threads included.
 fn switches_so_far() -> (u64, u64) {
+    // SAFETY: an all-zero rusage is a valid value (plain integers).
     let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
     // SAFETY: `ru` is a valid out-pointer.
     assert_eq!(unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) }, 0);
@@ -314,6 +316,7 @@ fn interrupt_and_steal_ns() -> f64 {
 /// passed meanwhile (`since` = [`interrupt_and_steal_ns`] at the start) and
 /// two ticks of `/proc/stat` granularity.
 fn assert_task_clock(what: &str, got: f64, cpu_clock: f64, since: f64) {
+    // SAFETY: sysconf has no preconditions.
     let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
     let extra = interrupt_and_steal_ns() - since + 2.0 * 1e9 / hz;
     assert!(

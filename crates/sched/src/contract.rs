@@ -580,6 +580,7 @@ mod tests {
         let guard = Guard::for_this_process(&[]);
         let me = std::process::id();
         // Every selector kind ends in the same filter; pid: and tid: of a thread.
+        // SAFETY: gettid has no preconditions.
         let tid = unsafe { libc::gettid() } as u32;
         for sel in [format!("pid:{me}"), format!("pid:{tid}")] {
             for force in [false, true] {

@@ -259,6 +259,7 @@ mod tests {
             .unwrap();
         let pid = target.id();
         // Orderly drop while stopped: nothing continues it.
+        // SAFETY: kill(2) on a process of this test; no memory is involved.
         unsafe { libc::kill(pid as i32, libc::SIGSTOP) };
         assert!(wait_state(pid, |s| s == Some('T')));
         drop(DeadMan::arm(pid).unwrap());
@@ -275,17 +276,21 @@ mod tests {
             let d = DeadMan::arm(pid);
             std::mem::forget(d);
             loop {
+                // SAFETY: pause has no preconditions.
                 unsafe { libc::pause() };
             }
         }
         std::thread::sleep(std::time::Duration::from_millis(50));
         assert_eq!(crate::proc::task_state(Path::new("/proc"), pid), Some('T'));
+        // SAFETY: kill(2) and waitpid(2) on this test's own child; waitpid
+        // may take a null status pointer.
         unsafe {
             libc::kill(holder, libc::SIGKILL);
             libc::waitpid(holder, std::ptr::null_mut(), 0);
         }
         let continued = wait_state(pid, |s| s != Some('T'));
         if !continued {
+            // SAFETY: kill(2) on a process of this test; no memory is involved.
             unsafe { libc::kill(pid as i32, libc::SIGCONT) };
         }
         target.kill().unwrap();

@@ -383,6 +383,7 @@ mod tests {
         g.register_pid(4343).unwrap();
         g.forget_pid(4343).unwrap();
         let first = g.child_pid().unwrap();
+        // SAFETY: kill(2) on a process of this test; no memory is involved.
         unsafe { libc::kill(first as i32, libc::SIGKILL) };
         let mut replaced = false;
         for _ in 0..300 {
@@ -411,6 +412,7 @@ mod tests {
         let guardian = std::thread::spawn(move || run(reader));
         let mut client = GuardianClient::from_writer(writer);
         client.register_pid(pid).unwrap();
+        // SAFETY: kill(2) on a process of this test; no memory is involved.
         unsafe { libc::kill(pid as i32, libc::SIGSTOP) };
         wait_state(pid, 'T');
         drop(client);

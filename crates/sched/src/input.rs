@@ -106,6 +106,7 @@ mod tests {
         );
         let fifo = dir.path().join("f");
         let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+        // SAFETY: `c` is a valid NUL-terminated path.
         assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
         // Would block forever without O_NONBLOCK (no writer).
         let e = read_regular(&fifo, 1024).unwrap_err().to_string();

@@ -266,7 +266,9 @@ mod tests {
     }
 
     fn minor_faults() -> u64 {
+        // SAFETY: an all-zero rusage is a valid value (plain integers).
         let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+        // SAFETY: getrusage fills the struct it is given.
         unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) };
         ru.ru_minflt as u64
     }

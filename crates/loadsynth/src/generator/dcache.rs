@@ -272,8 +272,10 @@ impl Buffer {
                 // SAFETY: start + cur < start + wrap lies inside the mapping (Plan::new).
                 let first = unsafe { base.add(start) };
                 for _ in 0..count {
-                    sum =
-                        sum.wrapping_add(unsafe { std::ptr::read_volatile(first.add(cur)) } as u64);
+                    // SAFETY: cur < wrap, so first + cur lies inside the
+                    // mapping (Plan::new); volatile keeps the load.
+                    let value = unsafe { std::ptr::read_volatile(first.add(cur)) };
+                    sum = sum.wrapping_add(value as u64);
                     cur += stride;
                     if cur == wrap {
                         cur = 0;
@@ -285,7 +287,9 @@ impl Buffer {
             // SAFETY: hot < hot_len: inside the hot lines.
             let first = unsafe { base.add(self.plan.hot_offset) };
             for _ in 0..left {
-                sum = sum.wrapping_add(unsafe { std::ptr::read_volatile(first.add(hot)) } as u64);
+                // SAFETY: hot < hot_len: inside the hot lines.
+                let value = unsafe { std::ptr::read_volatile(first.add(hot)) };
+                sum = sum.wrapping_add(value as u64);
                 hot += line;
                 if hot == hot_len {
                     hot = 0;

@@ -778,6 +778,7 @@ fn overflow_thread(shared: Arc<Shared>, ready: std::sync::mpsc::Sender<Result<()
         .overflow_tid
         .store(unsafe { libc::gettid() }, Ordering::SeqCst);
     let _ = ready.send(Ok(()));
+    // SAFETY: an all-zero signalfd_siginfo is a valid value (plain integers).
     let mut info: libc::signalfd_siginfo = unsafe { std::mem::zeroed() };
     while !shared.stop.load(Ordering::SeqCst) {
         let mut pfd = libc::pollfd {
