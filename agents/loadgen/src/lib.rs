@@ -20,14 +20,15 @@
 //! file, line and key; `run` notifies READY/STATUS/STOPPING and feeds the
 //! watchdog from its replay loop ([`Heartbeat`]).
 //!
-//! **Stopping — the one way.** [`run`] blocks SIGTERM and SIGINT before any
-//! other thread exists (every thread inherits the mask) and one thread takes
-//! them with `sigwait` and sets the run's [`StopFlag`], which the generators
-//! check every ~10 ms slice. There is no handler, so no generator or
-//! measurement syscall is interrupted (EINTR), nothing polls (which would add
-//! context switches to what is measured), and a signal that arrives during
-//! start-up stays pending until the flag exists. This replaces
-//! `hwqos_agent::lifecycle::StopSignals` (a handler) for this agent.
+//! **Stopping — the one way.** [`run`] starts with
+//! `hwqos_agent::lifecycle::StopSignals::install` (as hwqos-sra does): SIGTERM,
+//! SIGINT and SIGHUP are blocked before any other thread exists (every thread
+//! inherits the mask) and one thread takes them with `sigwait` and sets the
+//! run's [`StopFlag`], which the generators check every ~10 ms slice. There is
+//! no handler, so no generator or measurement syscall is interrupted (EINTR),
+//! nothing polls (which would add context switches to what is measured), and
+//! a signal that arrives during start-up stays pending until the flag exists.
+//! SIGHUP is taken and ignored (loadgen has nothing to reload).
 
 #![deny(missing_docs)]
 
@@ -36,7 +37,7 @@ pub mod metrics;
 
 use anyhow::Context as _;
 use cli::{Cli, Command, LoopArgs};
-use hwqos_agent::lifecycle::{bad_input, ConfigError, Heartbeat, ServiceManager};
+use hwqos_agent::lifecycle::{bad_input, ConfigError, Heartbeat, ServiceManager, StopSignals};
 use hwqos_loadsynth::config::{LoadConfig, SafetyCaps};
 use hwqos_loadsynth::control::PairStatus;
 use hwqos_loadsynth::generator::dcache;
@@ -163,33 +164,16 @@ fn failed(e: LoadError) -> anyhow::Error {
     }
 }
 
-/// SIGTERM and SIGINT (see "Stopping" above).
-fn stop_signals() -> nix::sys::signal::SigSet {
-    use nix::sys::signal::{SigSet, Signal};
-    let mut set = SigSet::empty();
-    set.add(Signal::SIGTERM);
-    set.add(Signal::SIGINT);
-    set
-}
-
-/// The one thread that takes SIGTERM/SIGINT and sets `stop`.
-fn stop_on_signals(stop: &StopFlag) {
-    let stop = stop.clone();
-    std::thread::spawn(move || {
-        if stop_signals().wait().is_ok() {
-            stop.stop();
-        }
-    });
-}
-
 /// Executes one command; returns the process exit status.
 pub fn run(cli: Cli) -> ExitCode {
-    if let Err(e) = stop_signals().thread_block() {
-        eprintln!("{AGENT}: blocking SIGTERM/SIGINT: {e}");
-        return ExitCode::from(hwqos_agent::lifecycle::EXIT_RUNTIME);
-    }
-    let stop = StopFlag::new();
-    stop_on_signals(&stop);
+    let signals = match StopSignals::install() {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("{AGENT}: taking SIGTERM/SIGINT/SIGHUP: {e}");
+            return ExitCode::from(hwqos_agent::lifecycle::EXIT_RUNTIME);
+        }
+    };
+    let stop = StopFlag::from_atomic(signals.stop_flag());
     let result = match &cli.config {
         Some(p) => AgentConfig::load(p).map_err(anyhow::Error::new),
         None => Ok(AgentConfig::default()),

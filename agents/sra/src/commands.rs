@@ -27,6 +27,8 @@ fn spawn_guardian() -> anyhow::Result<GuardianClient> {
     let g = GuardianClient::spawn_with(move || {
         let mut cmd = std::process::Command::new(&exe);
         cmd.arg("__guardian");
+        // Not the agent's blocked stop signals: the guardian sets its own.
+        hwqos_core::process::clear_signal_mask_on_exec(&mut cmd);
         cmd
     })
     .context("starting the crash guardian")?;

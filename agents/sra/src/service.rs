@@ -24,12 +24,13 @@ impl Service {
     /// Installs the signal handlers and, with `metrics_listen`, serves
     /// `/metrics` there (a port that cannot be bound is bad input).
     pub fn start(metrics_listen: Option<&str>) -> anyhow::Result<Service> {
+        // First: the runtime's threads must inherit the blocked signals.
+        let signals = StopSignals::install().context("taking SIGTERM/SIGINT/SIGHUP")?;
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
             .enable_all()
             .build()
             .context("starting the runtime")?;
-        let signals = StopSignals::install().context("installing the signal handlers")?;
         let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
         let shared: SharedState = Arc::new(Mutex::new(AgentState::default()));
         if let Some(addr) = metrics_listen {

@@ -302,8 +302,18 @@ impl Heartbeat {
     }
 }
 
-/// SIGTERM/SIGINT (stop) and SIGHUP (reload) as flags for agents whose work
-/// loop is synchronous. Installing it replaces the default actions, so a
+/// SIGTERM/SIGINT (stop) and SIGHUP (reload) as flags, for agents whose work
+/// loop is synchronous (hwqos-sra, hwqos-loadgen; the tokio agents take the
+/// same signals as streams in their select loop).
+///
+/// There is no signal handler: [`StopSignals::install`] blocks the three
+/// signals in the calling thread — call it first in `main`, before any thread
+/// exists, so every thread inherits the mask — and one thread takes them with
+/// `sigwait(2)` and sets the flags. So no system call of the work (a
+/// generator's, a measurement's) is interrupted with EINTR, nothing polls,
+/// and a signal that arrives during start-up stays pending until the flags
+/// exist. A blocked mask survives `exec` (Rust's `Command` keeps it): start
+/// children through `hwqos_core::process::clear_signal_mask_on_exec`. A
 /// SIGHUP no longer kills the process.
 #[derive(Debug, Clone)]
 pub struct StopSignals {
@@ -312,15 +322,39 @@ pub struct StopSignals {
 }
 
 impl StopSignals {
-    /// Installs the handlers (signal-safe: each only stores to an atomic).
+    /// Blocks SIGTERM, SIGINT and SIGHUP in this thread and starts the one
+    /// thread that waits for them. Installed once per process: later calls
+    /// return the same flags.
     pub fn install() -> std::io::Result<Self> {
-        let stop = Arc::new(AtomicBool::new(false));
-        let reload = Arc::new(AtomicBool::new(false));
-        for sig in [libc::SIGTERM, libc::SIGINT] {
-            signal_hook::flag::register(sig, Arc::clone(&stop))?;
+        static INSTALLED: std::sync::OnceLock<StopSignals> = std::sync::OnceLock::new();
+        if let Some(s) = INSTALLED.get() {
+            return Ok(s.clone());
         }
-        signal_hook::flag::register(libc::SIGHUP, Arc::clone(&reload))?;
-        Ok(StopSignals { stop, reload })
+        let set = stop_and_reload_signals();
+        set.thread_block().map_err(std::io::Error::from)?;
+        let signals = INSTALLED
+            .get_or_init(|| StopSignals {
+                stop: Arc::new(AtomicBool::new(false)),
+                reload: Arc::new(AtomicBool::new(false)),
+            })
+            .clone();
+        let flags = signals.clone();
+        std::thread::Builder::new()
+            .name("signals".into())
+            .spawn(move || loop {
+                match set.wait() {
+                    Ok(nix::sys::signal::Signal::SIGHUP) => {
+                        flags.reload.store(true, Ordering::SeqCst)
+                    }
+                    Ok(_) => flags.stop.store(true, Ordering::SeqCst),
+                    Err(e) => {
+                        tracing::error!("sigwait: {e}; stopping");
+                        flags.stop.store(true, Ordering::SeqCst);
+                        return;
+                    }
+                }
+            })?;
+        Ok(signals)
     }
 
     /// A stop was asked for.
@@ -337,6 +371,15 @@ impl StopSignals {
     pub fn take_reload(&self) -> bool {
         self.reload.swap(false, Ordering::SeqCst)
     }
+}
+
+fn stop_and_reload_signals() -> nix::sys::signal::SigSet {
+    use nix::sys::signal::{SigSet, Signal};
+    let mut set = SigSet::empty();
+    set.add(Signal::SIGTERM);
+    set.add(Signal::SIGINT);
+    set.add(Signal::SIGHUP);
+    set
 }
 
 #[cfg(test)]

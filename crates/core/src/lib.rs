@@ -81,6 +81,7 @@ pub mod filter;
 pub mod fs;
 pub mod mem;
 pub mod metric;
+pub mod process;
 pub mod recording;
 pub mod sample;
 pub mod scope;

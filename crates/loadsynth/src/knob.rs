@@ -42,6 +42,11 @@ impl StopFlag {
     pub fn is_stopped(&self) -> bool {
         self.0.load(Ordering::Relaxed)
     }
+    /// A flag backed by an existing atomic (e.g. an agent's stop-signal
+    /// flag): setting either sets both.
+    pub fn from_atomic(flag: Arc<AtomicBool>) -> StopFlag {
+        StopFlag(flag)
+    }
     /// The flag itself, for `signal_hook`-style registration.
     pub fn as_atomic(&self) -> Arc<AtomicBool> {
         self.0.clone()

@@ -166,8 +166,10 @@ impl CommandProbe {
     }
 
     fn x(&self) -> Result<f64, SchedError> {
-        let out = std::process::Command::new(&self.argv[0])
-            .args(&self.argv[1..])
+        let mut cmd = std::process::Command::new(&self.argv[0]);
+        cmd.args(&self.argv[1..]);
+        // The agent blocks its stop signals (sigwait); the command must not.
+        let out = hwqos_core::process::clear_signal_mask_on_exec(&mut cmd)
             .output()
             .map_err(|e| SchedError::io(format!("running {:?}", self.argv), e))?;
         let text = String::from_utf8_lossy(&out.stdout);
