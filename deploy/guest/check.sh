@@ -161,6 +161,11 @@ if [ "$relay" -eq 1 ]; then
   rpid=$(systemctl show -p MainPID --value hwqos-relay.service)
   check "relay's effective capabilities are empty" test "$(sed -n 's/^CapEff:\s*//p' "/proc/$rpid/status")" = 0000000000000000
   check "relay /metrics answers on loopback" poll 30 bash -c 'curl -fsS --max-time 10 http://127.0.0.1:9188/metrics | grep -q "^hwqos_relay_"'
+  # One sampler per node: the relay's throttle reads the monitor's live API.
+  check "relay's throttle reads the monitor (throttle_source_info)" poll 30 bash -c \
+    'curl -fsS --max-time 10 http://127.0.0.1:9188/metrics | grep -q "^hwqos_relay_throttle_source_info{source=\"monitor\"} 1"'
+  check "relay holds no perf_event fds" bash -c \
+    "! ls -l /proc/$rpid/fd 2>/dev/null | grep -q 'perf_event'"
   check "systemctl reload hwqos-relay" systemctl reload hwqos-relay.service
   check "relay: same pid after reload" test "$(systemctl show -p MainPID --value hwqos-relay.service)" = "$rpid"
 fi
