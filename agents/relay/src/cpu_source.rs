@@ -16,7 +16,6 @@
 //! source (the relay's cgroup usage) and never asks the monitor.
 
 use hwqos_api::{ApiClient, FrameFilter, MetricPattern, ScopePattern};
-use hwqos_compress::throttle::affinity_cpus;
 use hwqos_compress::{CpuAggregate, CpuLoad};
 use hwqos_core::metric::names;
 use hwqos_core::Scope;
@@ -169,29 +168,6 @@ impl MonitorCpuLoad {
             cell,
         }
     }
-
-    fn combine(&self, per_cpu: &BTreeMap<u32, f64>) -> Option<f64> {
-        let values: Vec<f64> = match self.aggregate {
-            CpuAggregate::Affinity => {
-                let mine = affinity_cpus()?;
-                per_cpu
-                    .iter()
-                    .filter(|(c, _)| mine.contains(c))
-                    .map(|(_, v)| *v)
-                    .collect()
-            }
-            _ => per_cpu.values().copied().collect(),
-        };
-        if values.is_empty() {
-            return None;
-        }
-        Some(match self.aggregate {
-            CpuAggregate::Max | CpuAggregate::Cgroup => values.iter().copied().fold(0.0, f64::max),
-            CpuAggregate::Mean | CpuAggregate::Affinity => {
-                values.iter().sum::<f64>() / values.len() as f64
-            }
-        })
-    }
 }
 
 impl CpuLoad for MonitorCpuLoad {
@@ -208,7 +184,7 @@ impl CpuLoad for MonitorCpuLoad {
                     .filter(|(_, (_, n))| *n > 0)
                     .map(|(cpu, (sum, n))| (cpu, sum / f64::from(n)))
                     .collect();
-                self.combine(&per_cpu)
+                self.aggregate.combine(&per_cpu)
             }
             None => {
                 self.cell.set(Source::Procfs);

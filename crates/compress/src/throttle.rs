@@ -51,6 +51,35 @@ pub enum CpuAggregate {
 }
 
 impl CpuAggregate {
+    /// Combines per-CPU utilizations (CPU number → [0, 1]) as this choice
+    /// says: the mean, the busiest CPU, or the mean over this process's
+    /// affinity mask (`Cgroup` takes the busiest, for callers that have only
+    /// per-CPU values). `None` when no CPU is left to combine. The one
+    /// combination for every per-CPU source (`/proc/stat` here, the monitor's
+    /// live API in the relay).
+    pub fn combine(self, per_cpu: &BTreeMap<u32, f64>) -> Option<f64> {
+        let values: Vec<f64> = match self {
+            CpuAggregate::Affinity => {
+                let mine = affinity_cpus()?;
+                per_cpu
+                    .iter()
+                    .filter(|(c, _)| mine.contains(c))
+                    .map(|(_, v)| *v)
+                    .collect()
+            }
+            _ => per_cpu.values().copied().collect(),
+        };
+        if values.is_empty() {
+            return None;
+        }
+        Some(match self {
+            CpuAggregate::Max | CpuAggregate::Cgroup => values.iter().copied().fold(0.0, f64::max),
+            CpuAggregate::Mean | CpuAggregate::Affinity => {
+                values.iter().sum::<f64>() / values.len() as f64
+            }
+        })
+    }
+
     /// The `/proc` source for this choice, read at most every 200 ms, or the
     /// cgroup source, read at most every 100 ms (cgroup usage is accounted
     /// in nanoseconds, not in 10 ms ticks, so a shorter interval is not noise;
@@ -291,26 +320,7 @@ impl CpuLoad for ProcStatLoad {
         let snap = self.read()?;
         let prev = self.last.replace((now, snap.clone()));
         let (_, before) = prev?;
-        let u = per_cpu_utilization(&before, &snap);
-        if u.is_empty() {
-            return None;
-        }
-        Some(match self.aggregate {
-            CpuAggregate::Mean => u.values().sum::<f64>() / u.len() as f64,
-            CpuAggregate::Max | CpuAggregate::Cgroup => u.values().copied().fold(0.0, f64::max),
-            CpuAggregate::Affinity => {
-                let mine = affinity_cpus()?;
-                let v: Vec<f64> = u
-                    .iter()
-                    .filter(|(c, _)| mine.contains(c))
-                    .map(|(_, v)| *v)
-                    .collect();
-                if v.is_empty() {
-                    return None;
-                }
-                v.iter().sum::<f64>() / v.len() as f64
-            }
-        })
+        self.aggregate.combine(&per_cpu_utilization(&before, &snap))
     }
 }
 
