@@ -47,10 +47,6 @@ impl StopFlag {
     pub fn from_atomic(flag: Arc<AtomicBool>) -> StopFlag {
         StopFlag(flag)
     }
-    /// The flag itself, for `signal_hook`-style registration.
-    pub fn as_atomic(&self) -> Arc<AtomicBool> {
-        self.0.clone()
-    }
 }
 
 /// A monotonically increasing count of work units (bytes, accesses).
