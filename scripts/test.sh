@@ -32,6 +32,10 @@ if [ ${#need[@]} -gt 0 ]; then
   fi
 fi
 
+# Free disk space first: a full disk shows up later as a linker dying with
+# SIGBUS, far from its cause.
+df -h . "${TMPDIR:-/tmp}" >&2 || true
+
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --locked -- -D warnings
 # docs/architecture.md's crate graph must match cargo metadata.
