@@ -4,8 +4,9 @@
 //!
 //! A spec is generated from sysfs (`/sys/bus/event_source/devices/*`), the CPU
 //! model in `/proc/cpuinfo` and hwqos's curated per-model table; the counter
-//! capacity comes from CPUID on this node (Intel leaf 0xA, AMD leaf 0x80000022)
-//! or from the curated table. [`check_availability`] asks a counter backend which
+//! capacity comes from CPUID on this node (Intel leaf 0xA, AMD leaf 0x80000022),
+//! from the curated table, or — for an Armv8 core the table does not know —
+//! from probing how large a group runs ([`probe_group_capacity`]). [`check_availability`] asks a counter backend which
 //! events really open — what `--list-events` shows.
 
 use crate::backend::CounterBackend;
@@ -247,6 +248,7 @@ fn counter_capacity(catalog: &Catalog, sysfs_root: &Path, this_node: bool) -> Co
             None => unknown_capacity(cpu),
         },
         Vendor::Arm => match curated::arm_general_purpose(cpu) {
+            None if this_node => arm_probed_capacity(catalog, cpu),
             Some(n) => CounterCapacity {
                 general_purpose: Some(n),
                 fixed: Some(1),
@@ -261,6 +263,77 @@ fn counter_capacity(catalog: &Catalog, sysfs_root: &Path, this_node: bool) -> Co
         },
         Vendor::Unknown => unknown_capacity(cpu),
     }
+}
+
+/// The generic Armv8 fallback for a core outside the curated table (QEMU's
+/// `-cpu max` among them): every PMUv3 has `PMCR_EL0.N` event counters plus
+/// the cycle counter, but `PMCR_EL0` is not readable at EL0, so N is measured
+/// with [`probe_group_capacity`] on `hw.instructions` (`INST_RETIRED` never
+/// runs on the cycle counter, so the largest group that runs is N).
+fn arm_probed_capacity(catalog: &Catalog, cpu: &CpuModel) -> CounterCapacity {
+    let mut backend = crate::backend::perf::PerfBackend::with_capacity(None);
+    match catalog
+        .resolve(hwqos_core::metric::names::HW_INSTRUCTIONS)
+        .ok()
+        .and_then(|event| probe_group_capacity(&mut backend, &event, MAX_PROBED_GROUP))
+    {
+        Some(n) => CounterCapacity {
+            general_purpose: Some(n),
+            fixed: Some(1),
+            source: format!(
+                "probed: {} is not in the curated table ({}); groups of up to {n} `hw.instructions` ran on its core PMU (the Armv8 PMUv3 event counters, PMCR_EL0.N), plus the architected cycle counter",
+                cpu.describe(),
+                curated::COVERAGE
+            ),
+        },
+        None => unknown_capacity(cpu),
+    }
+}
+
+/// The largest group [`probe_group_capacity`] tries (the Armv8 architecture
+/// allows 31 event counters).
+pub const MAX_PROBED_GROUP: usize = 32;
+
+/// How many copies of `event` one group can count at once on the calling
+/// thread: groups of 1, 2, … copies are opened, enabled around a short busy
+/// loop and read; the answer is the largest group that opened and ran
+/// (`time_running` > 0). A group that does not fit the PMU either fails to
+/// open (x86 and Arm validate groups at open) or never runs. Counters held by
+/// others (an NMI watchdog, another profiler) reduce the answer, which is what
+/// a group can use now. `None` when not even one copy runs.
+pub fn probe_group_capacity(
+    backend: &mut dyn CounterBackend,
+    event: &crate::event::Event,
+    max: usize,
+) -> Option<usize> {
+    let me = crate::backend::CountTarget::Task {
+        tid: nix::unistd::gettid().as_raw() as u32,
+        inherit: false,
+    };
+    let mut fits = 0;
+    for k in 1..=max {
+        let events = vec![event.clone(); k];
+        let Ok(group) = backend.open_group(&me, &events) else {
+            break;
+        };
+        let ran = backend.enable(group).is_ok() && {
+            let mut x = 0u64;
+            for i in 0..200_000u64 {
+                x = std::hint::black_box(x.wrapping_mul(31).wrapping_add(i));
+            }
+            std::hint::black_box(x);
+            let _ = backend.disable(group);
+            backend
+                .read(group)
+                .is_ok_and(|r| r.time_running > 0 && r.values.len() == k)
+        };
+        backend.close(group);
+        if !ran {
+            break;
+        }
+        fits = k;
+    }
+    (fits > 0).then_some(fits)
 }
 
 fn unknown_capacity(cpu: &CpuModel) -> CounterCapacity {
@@ -430,6 +503,58 @@ pub fn render_event_table(statuses: &[EventStatus]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::backend::sim::SimBackend;
+    use crate::backend::{BackendKind, CountTarget, GroupId, GroupReading};
+
+    /// A simulated PMU whose virtual clock moves 1 ms whenever a group is
+    /// enabled (the probe's busy loop, in virtual time).
+    struct Ticking(SimBackend);
+
+    impl CounterBackend for Ticking {
+        fn kind(&self) -> BackendKind {
+            self.0.kind()
+        }
+        fn capacity(&self) -> Option<usize> {
+            None
+        }
+        fn open_group(&mut self, t: &CountTarget, e: &[crate::Event]) -> Result<GroupId, PmuError> {
+            self.0.open_group(t, e)
+        }
+        fn enable(&mut self, g: GroupId) -> Result<(), PmuError> {
+            self.0.enable(g)?;
+            self.0.advance(1_000_000);
+            Ok(())
+        }
+        fn disable(&mut self, g: GroupId) -> Result<(), PmuError> {
+            self.0.disable(g)
+        }
+        fn read(&mut self, g: GroupId) -> Result<GroupReading, PmuError> {
+            self.0.read(g)
+        }
+        fn close(&mut self, g: GroupId) {
+            self.0.close(g)
+        }
+    }
+
+    #[test]
+    fn probed_group_capacity_is_the_largest_group_that_runs() {
+        let instructions = Catalog::from_parts(Vec::new(), None)
+            .resolve(hwqos_core::metric::names::HW_INSTRUCTIONS)
+            .unwrap();
+        for capacity in [1, 4, 6] {
+            let mut pmu = Ticking(SimBackend::new(capacity));
+            assert_eq!(
+                probe_group_capacity(&mut pmu, &instructions, MAX_PROBED_GROUP),
+                Some(capacity)
+            );
+            assert_eq!(pmu.0.open_groups(), 0, "every probe group is closed");
+        }
+        let mut none = Ticking(SimBackend::new(0));
+        assert_eq!(probe_group_capacity(&mut none, &instructions, 8), None);
+        // Bounded by `max` where groups always fit.
+        let mut big = Ticking(SimBackend::new(64));
+        assert_eq!(probe_group_capacity(&mut big, &instructions, 8), Some(8));
+    }
 
     #[test]
     fn cpuid_leaves_decode() {
