@@ -125,6 +125,57 @@ pub enum Command {
         #[arg(long, value_name = "SECS")]
         duration: Option<f64>,
     },
+    /// Release gate under replayed load (thesis 6.4.3): run a baseline and
+    /// a candidate command bare and under the model's replayed load,
+    /// interleaved and repeated, and report the candidate's effect on x per
+    /// condition with a 95 % interval. Exit 3 with --fail-on-regression PCT
+    /// when the loaded regression is significant and exceeds PCT.
+    Gate {
+        /// Model file (`hwqos.loadmodel/1`, from `synthesize`).
+        model: PathBuf,
+        /// The baseline command (run with `sh -c`).
+        #[arg(long, value_name = "CMD")]
+        baseline: String,
+        /// The candidate command (run with `sh -c`).
+        #[arg(long, value_name = "CMD")]
+        candidate: String,
+        /// Repetitions of each version in each condition (at least 2).
+        #[arg(
+            short = 'r',
+            long = "repetitions",
+            default_value_t = 5,
+            value_name = "N"
+        )]
+        repetitions: u32,
+        /// Read x from the command's stdout: a regular expression with one
+        /// capture group around the number (default: x is the wall time, s).
+        #[arg(long, value_name = "REGEX")]
+        x_regex: Option<String>,
+        /// Which way of x is better: lower or higher.
+        #[arg(long, default_value = "lower", value_name = "lower|higher")]
+        x_direction: String,
+        /// Exit 3 when the loaded condition's regression is significant and
+        /// its estimate exceeds PCT percent.
+        #[arg(long, value_name = "PCT")]
+        fail_on_regression: Option<f64>,
+        /// Seconds the load runs before a loaded command starts.
+        #[arg(long, default_value_t = 1.0, value_name = "SECS")]
+        settle: f64,
+        /// Hold the model's targets in closed loop, measuring this process
+        /// (the generators, not the command), instead of its fixed knobs.
+        #[arg(long)]
+        closed_loop: bool,
+        /// Replay a model made on a different CPU model anyway.
+        #[arg(long)]
+        force: bool,
+        /// Write `baseline-bare.jsonl`, `candidate-loaded.jsonl`, … here (the
+        /// commands' counters per run, for `hwqos diff`).
+        #[arg(long, value_name = "DIR")]
+        record_dir: Option<PathBuf>,
+        /// Print the report as JSON.
+        #[arg(long)]
+        json: bool,
+    },
     /// (internal) Read with the data-cache generator for an external cache
     /// model: `--level SIZE,WAYS,LINE` per level, shallowest first.
     #[command(hide = true)]

@@ -40,6 +40,7 @@ use cli::{Cli, Command, LoopArgs};
 use hwqos_agent::lifecycle::{bad_input, ConfigError, Heartbeat, ServiceManager, StopSignals};
 use hwqos_loadsynth::config::{LoadConfig, SafetyCaps};
 use hwqos_loadsynth::control::PairStatus;
+use hwqos_loadsynth::gate;
 use hwqos_loadsynth::generator::dcache;
 use hwqos_loadsynth::generator::io::IoSettings;
 use hwqos_loadsynth::knob::StopFlag;
@@ -179,8 +180,39 @@ pub fn run(cli: Cli) -> ExitCode {
         None => Ok(AgentConfig::default()),
     }
     .and_then(|config| execute(cli.command, &config, cli.config.as_deref(), &stop));
+    if let Err(e) = &result {
+        if let Some(r) = e.downcast_ref::<Regression>() {
+            eprintln!("{AGENT}: {r}");
+            return ExitCode::from(EXIT_REGRESSION);
+        }
+    }
     hwqos_agent::lifecycle::finish(AGENT, result)
 }
+
+/// Exit status of `gate --fail-on-regression PCT` when the loaded
+/// regression is significant and exceeds PCT.
+pub const EXIT_REGRESSION: u8 = 3;
+
+/// The gate failed: a significant loaded regression above the limit.
+#[derive(Debug)]
+struct Regression {
+    estimate: f64,
+    low: f64,
+    high: f64,
+    limit: f64,
+}
+
+impl std::fmt::Display for Regression {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "gate failed: the candidate regresses by {:+.2}% under load (95% interval {:+.2}% .. {:+.2}%), more than --fail-on-regression {}%",
+            self.estimate, self.low, self.high, self.limit
+        )
+    }
+}
+
+impl std::error::Error for Regression {}
 
 fn parse_measure_on(list: Option<&str>) -> anyhow::Result<Option<MeasureOn>> {
     list.map(|l| {
@@ -328,6 +360,36 @@ fn execute(
             }
             let duration = duration.map(|d| Duration::from_secs_f64(d.max(0.0)));
             workflow::generate::generate(&pairs, duration, &cfg, stop).map_err(failed)
+        }
+        Command::Gate {
+            model,
+            baseline,
+            candidate,
+            repetitions,
+            x_regex,
+            x_direction,
+            fail_on_regression,
+            settle,
+            closed_loop,
+            force,
+            record_dir,
+            json,
+        } => {
+            let opts = gate::GateOptions {
+                baseline,
+                candidate,
+                repetitions,
+                x_regex,
+                direction: x_direction
+                    .parse()
+                    .map_err(|e: LoadError| bad_input(format!("--x-direction: {e}")))?,
+                level: 0.95,
+                settle: Duration::from_secs_f64(settle.clamp(0.0, 3600.0)),
+                closed_loop,
+                force,
+                record_dir,
+            };
+            run_gate(&model, &opts, fail_on_regression, json, &cfg, stop)
         }
         Command::GenDcache {
             levels,
@@ -732,6 +794,121 @@ fn replay(
                     d.samples
                 );
             }
+        }
+    }
+    Ok(())
+}
+
+/// `gate`: runs the library's gate, prints each run on stderr and the report
+/// on stdout (text or JSON), and fails with [`EXIT_REGRESSION`] when asked.
+fn run_gate(
+    model_path: &Path,
+    opts: &gate::GateOptions,
+    fail_on_regression: Option<f64>,
+    json: bool,
+    cfg: &LoadConfig,
+    stop: &StopFlag,
+) -> anyhow::Result<()> {
+    if let Some(p) = fail_on_regression {
+        if !p.is_finite() || p < 0.0 {
+            return Err(bad_input(format!(
+                "--fail-on-regression {p}: expected a percentage >= 0"
+            )));
+        }
+    }
+    let model = LoadModel::load(model_path).map_err(failed)?;
+    let total = 4 * opts.repetitions;
+    let report = gate::gate(&model, opts, cfg, stop, &mut |r: &gate::GateRun| {
+        eprintln!(
+            "run {:>3}/{total}: {:<9} {:<6} x {:.6} (wall {:.3} s, cpu {:.3} s, {} faults, {} switches)",
+            r.index + 1,
+            r.version.name(),
+            r.condition.name(),
+            r.x,
+            r.wall_s,
+            r.counters.task_clock_ns / 1e9,
+            r.counters.page_faults,
+            r.counters.context_switches
+        );
+    })
+    .map_err(failed)?;
+    if json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&report).expect("serializes")
+        );
+    } else {
+        println!(
+            "x: {} ({} is better), {} runs per version and condition, {:.0}% intervals (Welch)",
+            report.x,
+            match report.direction {
+                gate::Direction::Lower => "lower",
+                gate::Direction::Higher => "higher",
+            },
+            report.repetitions,
+            report.level * 100.0
+        );
+        println!(
+            "{:<7} {:>14} {:>14} {:>10} {:>22}  verdict",
+            "", "baseline", "candidate", "effect", "interval"
+        );
+        for c in &report.conditions {
+            println!(
+                "{:<7} {:>14.6} {:>14.6} {:>+9.2}% [{:>+8.2}%, {:>+8.2}%]  {}",
+                c.condition.name(),
+                c.baseline_mean,
+                c.candidate_mean,
+                c.effect_pct.0,
+                c.effect_pct.1,
+                c.effect_pct.2,
+                match c.verdict {
+                    gate::Verdict::Regression => "regression",
+                    gate::Verdict::Improvement => "improvement",
+                    gate::Verdict::NoChange => "no significant change",
+                }
+            );
+        }
+        for c in &report.conditions {
+            let (b, k) = &c.counters;
+            println!(
+                "{:<7} counters per run (baseline -> candidate): cpu {:.3} -> {:.3} s, page faults {:.0} -> {:.0}, context switches {:.0} -> {:.0}",
+                c.condition.name(),
+                b.task_clock_ns / 1e9,
+                k.task_clock_ns / 1e9,
+                b.page_faults,
+                k.page_faults,
+                b.context_switches,
+                k.context_switches
+            );
+        }
+        for (v, c, p) in &report.recordings {
+            println!("recording {} {}: {}", v.name(), c.name(), p.display());
+        }
+        let loaded = |v: gate::Version| {
+            report
+                .recordings
+                .iter()
+                .find(|r| r.0 == v && r.1 == gate::Condition::Loaded)
+                .map(|r| r.2.display().to_string())
+        };
+        if let (Some(b), Some(c)) = (
+            loaded(gate::Version::Baseline),
+            loaded(gate::Version::Candidate),
+        ) {
+            println!("compare the counters: hwqos diff {b} {c}");
+        }
+    }
+    if let Some(limit) = fail_on_regression {
+        if report.fails(limit) {
+            let r = report
+                .condition(gate::Condition::Loaded)
+                .expect("the report has a loaded condition");
+            return Err(anyhow::Error::new(Regression {
+                estimate: r.regression_pct.0,
+                low: r.regression_pct.1,
+                high: r.regression_pct.2,
+                limit,
+            }));
         }
     }
     Ok(())

@@ -40,6 +40,10 @@ pub enum LoadError {
     /// The closed loop did not converge in time.
     #[error("{0}")]
     NotConverged(String),
+    /// A command the gate ran failed (exit status, signal, output without
+    /// the metric), or the gate was stopped.
+    #[error("{0}")]
+    Command(String),
 }
 
 impl LoadError {

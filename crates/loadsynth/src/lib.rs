@@ -44,7 +44,11 @@
 //!   synthesize, replay, generate — for any Rust service that embeds load
 //!   synthesis: inputs as values, a [`knob::StopFlag`] the caller sets to
 //!   stop, a [`workflow::Observer`] per interval; no printing, signal
-//!   handling or systemd here (hwqos-loadgen is that glue).
+//!   handling or systemd here (hwqos-loadgen is that glue);
+//! - [`gate`]: the release gate under replayed load (thesis 6.4.3) — a
+//!   baseline and a candidate command run bare and under a replayed model,
+//!   interleaved and repeated, with the candidate's effect per condition and
+//!   its interval.
 //!
 //! Every failure is a [`LoadError`]; [`LoadError::is_bad_input`] separates
 //! bad input from runtime failures.
@@ -67,6 +71,7 @@ pub mod actuate;
 pub mod config;
 pub mod control;
 pub mod error;
+pub mod gate;
 pub mod generator;
 pub mod knob;
 pub mod metric;
