@@ -43,6 +43,10 @@ pub enum Command {
     Report(ReportArgs),
     /// Plot a recording as SVG: time series per metric and scope, CPI-stack bars.
     Plot(PlotArgs),
+    /// Compare two recordings: per scope and metric, the change from A to B
+    /// with an autocorrelation-aware confidence interval, ranked, with a
+    /// verdict; release gates with --fail-on (exit 1 when one fails).
+    Diff(DiffArgs),
     /// Measure this node's hardware model: topology, caches, OS settings and
     /// probes (clock, syscall, ctxswitch, memlat, bandwidth, pagefault, net, timer).
     Probe(ProbeArgs),
@@ -240,6 +244,38 @@ pub struct PlotArgs {
     #[arg(long = "metric", value_name = "M")]
     pub metrics: Vec<String>,
     /// Only these scopes, e.g. `pid:42`, `cpu:0`, `system` (repeatable).
+    #[arg(long = "scope", value_name = "S")]
+    pub scopes: Vec<String>,
+}
+
+/// `hwqos diff`'s flags.
+#[derive(Debug, Args)]
+pub struct DiffArgs {
+    /// The baseline recording (JSON lines from `hwqos record` or hwqos-monitor).
+    #[arg(value_name = "A.jsonl")]
+    pub a: PathBuf,
+    /// The recording compared with the baseline.
+    #[arg(value_name = "B.jsonl")]
+    pub b: PathBuf,
+    /// Confidence level of the intervals and verdicts, in (0, 1).
+    #[arg(long, default_value_t = 0.95, value_name = "LEVEL")]
+    pub confidence: f64,
+    /// One JSON object (schema `hwqos.diff/1`) instead of the table.
+    #[arg(long)]
+    pub json: bool,
+    /// Also write an SVG of the ranked relative changes with their intervals.
+    #[arg(long, value_name = "FILE.svg")]
+    pub plot: Option<PathBuf>,
+    /// Release gate, repeatable: `METRIC>+N%` or `METRIC<-N%` (metric name or
+    /// glob; without `%` the threshold is in the metric's unit). Exit 1 when a
+    /// significant change passes a threshold.
+    #[arg(long = "fail-on", value_name = "GATE")]
+    pub fail_on: Vec<String>,
+    /// Only these metrics (repeatable; name or glob such as `sw.*`).
+    #[arg(long = "metric", value_name = "M")]
+    pub metrics: Vec<String>,
+    /// Only these scopes (repeatable): `pid:42`, `cpu:*`, a kind (`system`,
+    /// `node`, `cpu`, `process`, …) or a process label (`comm`).
     #[arg(long = "scope", value_name = "S")]
     pub scopes: Vec<String>,
 }

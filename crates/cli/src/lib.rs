@@ -6,8 +6,8 @@
 //! processes or the whole system the way `perf stat` does (same CSV and JSON
 //! shapes, plus `--json-full` lines with the raw `time_enabled`/`time_running`);
 //! `list` and `spec` say which events this node can count and why the others
-//! cannot; `top` is a live per-process and per-CPU view; `record`, `report` and
-//! `plot` make, summarize and draw recordings in hwqos-core's format; `probe`
+//! cannot; `top` is a live per-process and per-CPU view; `record`, `report`,
+//! `plot` and `diff` make, summarize, draw and compare recordings in hwqos-core's format; `probe`
 //! measures the node's hardware model (hwqos-topology). The sampling is the
 //! same engine as the monitor agent's (hwqos-pmu's sampler and backends), so
 //! numbers from the CLI and from the agents agree.
@@ -27,6 +27,8 @@
 //! - [`top`]: the live per-process / per-CPU view;
 //! - [`record`]: recordings made with the monitor engine;
 //! - [`report`], [`plot`]: summaries and SVG plots of recordings;
+//! - [`diff`]: `hwqos diff`, two recordings compared (the engine is
+//!   [`hwqos_core::compare`]);
 //! - [`probe`]: `hwqos probe`, the node's hardware model (hwqos-topology);
 //! - [`progress`]: progress bars of the long steps (only on a terminal);
 //! - [`error`]: exit codes (2 for usage and configuration errors).
@@ -58,6 +60,7 @@
 
 pub mod args;
 pub mod child;
+pub mod diff;
 pub mod error;
 pub mod list;
 pub mod plot;
@@ -122,6 +125,7 @@ pub fn run(cli: Cli) -> Result<u8> {
             plot::run(&a.recording, &a.output, &a.metrics, &a.scopes)?;
             Ok(0)
         }
+        Some(Command::Diff(a)) => diff::run(&a, &mut std::io::stdout().lock()),
         Some(Command::Top(a)) => {
             top::run(&a, &mut std::io::stdout().lock())?;
             Ok(0)

@@ -5,6 +5,7 @@
 use crate::error::usage;
 use crate::report::{self, Column};
 use anyhow::{anyhow, Context, Result};
+use hwqos_core::metric::names;
 use hwqos_core::{Frame, MetricName, Scope};
 use plotters::coord::types::RangedCoordf64;
 use plotters::prelude::*;
@@ -115,23 +116,15 @@ pub fn render_svg(frames: &[Frame], filter: &PlotFilter, title: &str) -> Result<
     if panels.is_empty() {
         return Err(usage("nothing to plot: the recording has no samples"));
     }
-    // CPI stack: mean of each component per scope.
-    let mut stack: BTreeMap<Scope, BTreeMap<String, f64>> = BTreeMap::new();
-    for (metric, lines) in &panels {
-        if !is_cpi_component(metric) {
-            continue;
-        }
-        let part = metric
-            .as_str()
-            .trim_start_matches("derived.cpi.")
-            .to_string();
-        for (scope, col) in lines {
-            stack
-                .entry(scope.clone())
-                .or_default()
-                .insert(part.clone(), mean(&col.values));
-        }
-    }
+    // CPI stack: one bar per scope as tall as its measured mean CPI.
+    let stack = if panels.keys().any(is_cpi_component) {
+        let cols = report::columns(frames);
+        cpi_bars(&cols, |scope| {
+            filter.scopes.is_empty() || filter.scopes.contains(scope)
+        })
+    } else {
+        BTreeMap::new()
+    };
     let n_panels = panels.len() + usize::from(!stack.is_empty());
     let height = PANEL_HEIGHT * n_panels as u32 + 40;
     let mut svg = String::new();
@@ -227,28 +220,96 @@ where
     draw_legend(&mut chart)
 }
 
+/// One scope's CPI-stack bar: the measured mean CPI split into its levels.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CpiBar {
+    /// The measured mean CPI (`derived.cpi`): the bar's height.
+    pub cpi: f64,
+    /// The levels stacked in the bar, bottom up: each miss level's mean
+    /// component (sorted by name), then `base`, what is left of the CPI. They
+    /// add up to `cpi`.
+    pub parts: Vec<(String, f64)>,
+    /// The factor the miss levels were scaled by to fit the measured CPI
+    /// (1 when they fit; below 1 when the penalty estimates add up to more
+    /// than the CPI, and then the base is 0).
+    pub scale: f64,
+}
+
+/// The CPI-stack bars of the scopes `keep` accepts that have a measured CPI.
+///
+/// Under event-set rotation each tick counts only some miss levels, and the
+/// recorded `derived.cpi.base` of a tick is the CPI minus only the levels of
+/// that tick. Stacking the mean of that base on the means of every level
+/// counts each level twice (once as itself, once inside the base of the ticks
+/// that did not count it) and drew bars taller than the measured CPI. So the
+/// bar is the mean of `derived.cpi`; each level is the mean of its component
+/// over the ticks that counted it; the base is the CPI minus their sum; and
+/// levels that add up to more than the CPI are scaled down to fit it, with
+/// the factor in [`CpiBar::scale`] (the caption names them).
+pub fn cpi_bars(cols: &report::Columns, keep: impl Fn(&Scope) -> bool) -> BTreeMap<Scope, CpiBar> {
+    let mut bars = BTreeMap::new();
+    for (scope, metrics) in cols {
+        if !keep(scope) {
+            continue;
+        }
+        let finite_mean = |c: &Column| {
+            let v: Vec<f64> = c.values.iter().copied().filter(|v| v.is_finite()).collect();
+            hwqos_core::stats::mean(&v)
+        };
+        let Some(cpi) = metrics
+            .get(&MetricName::from_static(names::DERIVED_CPI))
+            .and_then(finite_mean)
+            .filter(|c| *c > 0.0)
+        else {
+            continue;
+        };
+        let mut parts: Vec<(String, f64)> = metrics
+            .iter()
+            .filter(|(m, _)| is_cpi_component(m) && m.as_str() != names::DERIVED_CPI_BASE)
+            .filter_map(|(m, c)| {
+                let level = m.as_str().trim_start_matches("derived.cpi.").to_string();
+                Some((level, finite_mean(c)?.max(0.0)))
+            })
+            .collect();
+        let attributed: f64 = parts.iter().map(|(_, v)| v).sum();
+        let scale = if attributed > cpi {
+            cpi / attributed
+        } else {
+            1.0
+        };
+        for (_, v) in &mut parts {
+            *v *= scale;
+        }
+        let attributed: f64 = parts.iter().map(|(_, v)| v).sum();
+        parts.push(("base".to_string(), (cpi - attributed).max(0.0)));
+        bars.insert(scope.clone(), CpiBar { cpi, parts, scale });
+    }
+    bars
+}
+
 fn draw_cpi_stack<DB: DrawingBackend>(
     area: &DrawingArea<DB, plotters::coord::Shift>,
-    stack: &BTreeMap<Scope, BTreeMap<String, f64>>,
+    stack: &BTreeMap<Scope, CpiBar>,
 ) -> Result<()>
 where
     DB::ErrorType: 'static,
 {
     let scopes: Vec<&Scope> = stack.keys().collect();
     let parts: Vec<&String> = {
-        let mut p: Vec<&String> = stack.values().flat_map(|m| m.keys()).collect();
+        let mut p: Vec<&String> = stack
+            .values()
+            .flat_map(|b| b.parts.iter().map(|(name, _)| name))
+            .collect();
         p.sort();
         p.dedup();
+        // The base last, at the top of each bar.
+        if let Some(i) = p.iter().position(|n| n.as_str() == "base") {
+            let base = p.remove(i);
+            p.push(base);
+        }
         p
     };
-    let total_max = stack
-        .values()
-        .map(|m| {
-            m.values()
-                .filter(|v| v.is_finite() && **v > 0.0)
-                .sum::<f64>()
-        })
-        .fold(0.0, f64::max);
+    let total_max = stack.values().map(|b| b.cpi).fold(0.0, f64::max);
     let y_max = if total_max > 0.0 {
         total_max * 1.1
     } else {
@@ -256,11 +317,20 @@ where
     };
     let n = scopes.len();
     let labels: Vec<String> = scopes.iter().map(|s| s.to_string()).collect();
+    let scaled: Vec<String> = stack
+        .iter()
+        .filter(|(_, b)| b.scale < 1.0)
+        .map(|(s, b)| format!("{s} ×{:.2}", b.scale))
+        .collect();
+    let mut caption = "CPI stack (bar = measured mean CPI, split by level)".to_string();
+    if !scaled.is_empty() {
+        caption.push_str(&format!(
+            " — levels scaled down to fit the measured CPI: {}",
+            scaled.join(", ")
+        ));
+    }
     let mut chart = ChartBuilder::on(area)
-        .caption(
-            "CPI stack (mean cycles per instruction by component)",
-            ("sans-serif", 16),
-        )
+        .caption(caption, ("sans-serif", 16))
         .margin(8)
         .x_label_area_size(40)
         .y_label_area_size(70)
@@ -286,7 +356,11 @@ where
         let color = Palette99::pick(pi).to_rgba();
         let mut rects = Vec::new();
         for (si, scope) in scopes.iter().enumerate() {
-            let v = stack[*scope].get(*part).copied().unwrap_or(0.0);
+            let v = stack[*scope]
+                .parts
+                .iter()
+                .find(|(name, _)| name == *part)
+                .map_or(0.0, |(_, v)| *v);
             if !(v.is_finite() && v > 0.0) {
                 continue;
             }
@@ -303,6 +377,16 @@ where
             .label(part.as_str())
             .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 12, y + 5)], color.filled()));
     }
+    // The measured CPI as a line across each bar's top.
+    chart
+        .draw_series(scopes.iter().enumerate().map(|(si, scope)| {
+            let (x, cpi) = (si as f64, stack[*scope].cpi);
+            PathElement::new(
+                vec![(x + 0.15, cpi), (x + 0.85, cpi)],
+                BLACK.stroke_width(2),
+            )
+        }))
+        .map_err(draw_err)?;
     draw_legend(&mut chart)
 }
 
@@ -368,6 +452,7 @@ mod tests {
                     samples: vec![
                         g(Scope::Cpu { cpu: 0 }, "os.cpu.util", 0.1 * i as f64),
                         g(Scope::Cpu { cpu: 1 }, "os.cpu.util", 0.5),
+                        g(Scope::Process { pid: 9 }, "derived.cpi", 0.75),
                         g(Scope::Process { pid: 9 }, "derived.cpi.base", 0.5),
                         g(Scope::Process { pid: 9 }, "derived.cpi.l1d", 0.25),
                     ],
@@ -408,5 +493,73 @@ mod tests {
         let svg = render_svg(&frames(), &only, "t").unwrap();
         assert!(!svg.contains("cpu:0"));
         assert!(!svg.contains("CPI stack"));
+    }
+
+    /// Frames as rotation makes them: even ticks count L1D misses, odd ticks
+    /// LLC misses; the CPI is 2.0 in every tick and each tick's base is the
+    /// CPI minus the one level counted in it.
+    fn rotated_cpi_frames(l1d: f64, llc: f64) -> Vec<Frame> {
+        let p = Scope::Process { pid: 4 };
+        (0..10u64)
+            .map(|i| {
+                let time = Timestamp {
+                    mono_ns: i * 100_000_000,
+                    wall_ns: 0,
+                };
+                let g = |m: &'static str, v: f64| {
+                    Sample::gauge(time, p.clone(), MetricName::from_static(m), v)
+                };
+                let mut samples = vec![g("derived.cpi", 2.0)];
+                if i % 2 == 0 {
+                    samples.push(g("derived.cpi.l1d", l1d));
+                    samples.push(g("derived.cpi.base", 2.0 - l1d));
+                } else {
+                    samples.push(g("derived.cpi.llc", llc));
+                    samples.push(g("derived.cpi.base", 2.0 - llc));
+                }
+                Frame {
+                    seq: i,
+                    time,
+                    interval_ns: 100_000_000,
+                    samples,
+                    labels: vec![],
+                }
+            })
+            .collect()
+    }
+
+    #[test]
+    fn cpi_bars_are_as_tall_as_the_measured_cpi_under_rotation() {
+        // The old plot stacked mean(base) = 1.25 on l1d 0.5 and llc 1.0: a bar
+        // of 2.75 for a measured CPI of 2.0.
+        let cols = report::columns(&rotated_cpi_frames(0.5, 1.0));
+        let bars = cpi_bars(&cols, |_| true);
+        let bar = &bars[&Scope::Process { pid: 4 }];
+        assert_eq!(bar.cpi, 2.0);
+        let height: f64 = bar.parts.iter().map(|(_, v)| v).sum();
+        assert!((height - 2.0).abs() < 1e-12, "{bar:?}");
+        assert_eq!(
+            bar.parts,
+            vec![
+                ("l1d".to_string(), 0.5),
+                ("llc".to_string(), 1.0),
+                ("base".to_string(), 0.5)
+            ]
+        );
+        assert_eq!(bar.scale, 1.0);
+        let svg = render_svg(&rotated_cpi_frames(0.5, 1.0), &PlotFilter::default(), "t").unwrap();
+        assert!(svg.contains("bar = measured mean CPI"));
+        assert!(!svg.contains("scaled down"));
+
+        // Levels whose estimates add up to more than the CPI (1.5 + 1.5 > 2)
+        // are scaled to fit, and the plot says so.
+        let cols = report::columns(&rotated_cpi_frames(1.5, 1.5));
+        let bar = &cpi_bars(&cols, |_| true)[&Scope::Process { pid: 4 }];
+        let height: f64 = bar.parts.iter().map(|(_, v)| v).sum();
+        assert!((height - 2.0).abs() < 1e-12, "{bar:?}");
+        assert!((bar.scale - 2.0 / 3.0).abs() < 1e-12);
+        assert_eq!(bar.parts.last(), Some(&("base".to_string(), 0.0)));
+        let svg = render_svg(&rotated_cpi_frames(1.5, 1.5), &PlotFilter::default(), "t").unwrap();
+        assert!(svg.contains("scaled down to fit the measured CPI: pid:4 ×0.67"));
     }
 }

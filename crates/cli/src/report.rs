@@ -156,7 +156,7 @@ pub fn summarize(frames: &[Frame]) -> Vec<ReportRow> {
 /// A number as people read it: thousands separators from 1,000 on (whole
 /// numbers from 100,000 on), `T` for 10¹² and more, four decimals below 1,000,
 /// scientific notation under 0.01.
-fn num(v: f64) -> String {
+pub(crate) fn num(v: f64) -> String {
     let a = v.abs();
     if !v.is_finite() {
         return v.to_string();

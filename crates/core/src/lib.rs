@@ -77,6 +77,7 @@
 #![deny(missing_docs)]
 
 pub mod affinity;
+pub mod compare;
 pub mod filter;
 pub mod fs;
 pub mod mem;

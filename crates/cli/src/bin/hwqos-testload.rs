@@ -13,6 +13,12 @@
 //! 4. sleeps `--sleep-ms S` (for tests that need a process that stays alive);
 //! 5. exits with `--exit CODE`.
 //!
+//! With `--period-ms P --for-ms D` steps 1 and 3 (pages, then spin) are one
+//! unit of work repeated every P milliseconds on absolute deadlines for D
+//! milliseconds: a steady, paced workload (a late unit is caught up, so the
+//! number of units depends on D/P, not on how much CPU the process gets), for
+//! tests that compare recordings (`hwqos diff`).
+//!
 //! It is a test tool shipped with the CLI: it lets anyone reproduce the numbers
 //! in the acceptance tests against `perf stat` on their own machine.
 
@@ -29,6 +35,8 @@ struct Plan {
     delay_ms: u64,
     exit: u8,
     cpu: usize,
+    period_ms: u64,
+    for_ms: u64,
 }
 
 fn parse_args() -> Result<Plan, String> {
@@ -50,6 +58,8 @@ fn parse_args() -> Result<Plan, String> {
             "--sleep-ms" => plan.sleep_ms = num(&value)?,
             "--delay-ms" => plan.delay_ms = num(&value)?,
             "--cpu" => plan.cpu = num(&value)? as usize,
+            "--period-ms" => plan.period_ms = num(&value)?,
+            "--for-ms" => plan.for_ms = num(&value)?,
             "--exit" => {
                 plan.exit = u8::try_from(num(&value)?)
                     .map_err(|_| format!("--exit: `{value}` is not in 0..=255"))?
@@ -61,7 +71,7 @@ fn parse_args() -> Result<Plan, String> {
 }
 
 const USAGE: &str = "usage: hwqos-testload [--pages K] [--round-trips N] [--spin-iters M] \
-[--sleep-ms S] [--delay-ms D] [--cpu C] [--exit CODE]";
+[--sleep-ms S] [--delay-ms D] [--cpu C] [--period-ms P --for-ms D] [--exit CODE]";
 
 fn main() -> ExitCode {
     let plan = match parse_args() {
@@ -86,17 +96,41 @@ fn run(plan: &Plan) -> Result<(), String> {
     if plan.delay_ms > 0 {
         std::thread::sleep(std::time::Duration::from_millis(plan.delay_ms));
     }
-    if plan.pages > 0 {
+    if plan.period_ms > 0 {
+        paced(plan)?;
+    } else if plan.pages > 0 {
         hwqos_core::mem::touch_fresh_pages(plan.pages).map_err(|e| e.to_string())?;
     }
     if plan.round_trips > 0 {
         ping_pong(plan.round_trips, plan.cpu)?;
     }
-    if plan.spin_iters > 0 {
+    if plan.spin_iters > 0 && plan.period_ms == 0 {
         black_box(spin(plan.spin_iters));
     }
     if plan.sleep_ms > 0 {
         std::thread::sleep(std::time::Duration::from_millis(plan.sleep_ms));
+    }
+    Ok(())
+}
+
+/// Units of work (pages, then spin) every `period_ms` on absolute deadlines
+/// for `for_ms`.
+fn paced(plan: &Plan) -> Result<(), String> {
+    use std::time::{Duration, Instant};
+    let start = Instant::now();
+    let period = Duration::from_millis(plan.period_ms);
+    let units = plan.for_ms / plan.period_ms;
+    for k in 0..units {
+        let deadline = start + period * k as u32;
+        if let Some(wait) = deadline.checked_duration_since(Instant::now()) {
+            std::thread::sleep(wait);
+        }
+        if plan.pages > 0 {
+            hwqos_core::mem::touch_fresh_pages(plan.pages).map_err(|e| e.to_string())?;
+        }
+        if plan.spin_iters > 0 {
+            black_box(spin(plan.spin_iters));
+        }
     }
     Ok(())
 }
