@@ -194,7 +194,13 @@ fn a_candidate_doing_four_times_the_work_is_slower_in_both_conditions() {
             }
         }
     }
-    // The text report names the recordings to compare.
+    // The text report names the recordings to compare. The commands fail
+    // (exit 9) unless no signal is blocked in them: the agent's
+    // SIGTERM/SIGINT/SIGHUP mask (its signal thread takes them) must not
+    // reach the commands, or a `kill` in them would do nothing.
+    // (dash unblocks them for a foreground command, not for a background
+    // job: the check runs as one.)
+    let unblocked = "grep -q '^SigBlk:[[:space:]]*0*$' /proc/self/status & wait $! || exit 9";
     let o = loadgen(&[
         "gate",
         &m,
@@ -203,9 +209,9 @@ fn a_candidate_doing_four_times_the_work_is_slower_in_both_conditions() {
         "--settle",
         "0",
         "--baseline",
-        "true",
+        unblocked,
         "--candidate",
-        "true",
+        unblocked,
         "--record-dir",
         rec.to_str().unwrap(),
     ]);

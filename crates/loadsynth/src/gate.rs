@@ -420,13 +420,31 @@ struct Outcome {
 fn run_command(cmd: &str, stop: &StopFlag) -> Result<Outcome, String> {
     use std::os::unix::process::CommandExt;
     let start = Instant::now();
-    let mut child = Command::new("sh")
+    let mut command = Command::new("sh");
+    command
         .arg("-c")
         .arg(cmd)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
-        .process_group(0)
+        .process_group(0);
+    // The agent blocks SIGTERM/SIGINT/SIGHUP in every thread (they are
+    // taken by its signal thread) and a child inherits the mask: unblock
+    // them, or the command could not be stopped by them (a `kill` in a
+    // test script, a test framework's timeout).
+    // SAFETY: sigprocmask is async-signal-safe; nothing else runs between
+    // fork and exec here.
+    unsafe {
+        command.pre_exec(|| {
+            let mut none: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut none);
+            if libc::sigprocmask(libc::SIG_SETMASK, &none, std::ptr::null_mut()) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        })
+    };
+    let mut child = command
         .spawn()
         .map_err(|e| format!("starting `sh -c`: {e}"))?;
     let pid = child.id() as libc::pid_t;
