@@ -100,6 +100,11 @@ pub struct DiffJson<'a> {
     pub failed_gates: usize,
 }
 
+/// A confidence level as a percentage without float noise (0.57 → `57`).
+fn level_pct(confidence: f64) -> f64 {
+    (confidence * 1e6).round() / 1e4
+}
+
 fn pct(x: Option<f64>) -> String {
     match x {
         Some(v) if v.is_finite() => format!("{:+.1}%", v * 100.0),
@@ -159,7 +164,7 @@ pub fn render_text(
             rec.header.counters
         );
     }
-    let level = cmp.confidence * 100.0;
+    let level = level_pct(cmp.confidence);
     let _ = writeln!(
         out,
         "change = mean(B) − mean(A); {level}% interval of the change: Welch t with each series' effective sample size n_eff (autocorrelation, Geyer 1992); d = change / pooled SD"
@@ -347,7 +352,7 @@ pub fn render_svg(cmp: &Comparison, title: &str) -> Result<String> {
             })
             .x_desc(format!(
                 "change from A to B, % of A's mean, with its {}% interval",
-                cmp.confidence * 100.0
+                level_pct(cmp.confidence)
             ))
             .draw()
             .map_err(draw_err)?;
@@ -519,6 +524,7 @@ mod tests {
             "{row}"
         );
         assert!(text.contains("95% CI of change"), "{text}");
+        assert_eq!(level_pct(0.57), 57.0);
         assert!(text.contains("CPI: not in these recordings"), "{text}");
         assert!(text.contains("gate sw.page_faults>+5%: FAILED on pid:5 sw.page_faults"));
         let svg = render_svg(&cmp, "t").unwrap();
