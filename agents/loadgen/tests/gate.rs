@@ -194,6 +194,34 @@ fn a_candidate_doing_four_times_the_work_is_slower_in_both_conditions() {
             }
         }
     }
+    // `hwqos diff`'s engine reads the loaded pair and finds the report's
+    // means of x and of the CPU time.
+    let cmp = hwqos_core::compare::compare(
+        &read_recording(rec.join("baseline-loaded.jsonl")).unwrap(),
+        &read_recording(rec.join("candidate-loaded.jsonl")).unwrap(),
+        &hwqos_core::compare::CompareOptions::default(),
+    )
+    .unwrap();
+    let loaded = condition(&r, "loaded");
+    let change = |m: &str| {
+        cmp.changes
+            .iter()
+            .find(|c| c.metric.as_str() == m)
+            .unwrap_or_else(|| panic!("{m} not compared: {cmp:?}"))
+    };
+    let close = |a: f64, b: &Value| (a - b.as_f64().unwrap()).abs() <= 1e-9 * a.abs().max(1.0);
+    let x = change("app.gate.x");
+    assert!(close(x.mean_a, &loaded["baseline_mean"]), "{x:?}");
+    assert!(close(x.mean_b, &loaded["candidate_mean"]), "{x:?}");
+    let cpu = change("sw.task_clock");
+    assert!(
+        close(cpu.mean_a, &loaded["counters"][0]["task_clock_ns"]),
+        "{cpu:?}"
+    );
+    assert!(
+        close(cpu.mean_b, &loaded["counters"][1]["task_clock_ns"]),
+        "{cpu:?}"
+    );
     // The text report names the recordings to compare. The commands fail
     // (exit 9) unless no signal is blocked in them: the agent's
     // SIGTERM/SIGINT/SIGHUP mask (its signal thread takes them) must not
