@@ -258,9 +258,11 @@ pub struct Comparison {
     /// changes first, then by absolute relative change, then by absolute
     /// standardized effect.
     pub changes: Vec<MetricChange>,
-    /// CPI attributions, one per paired scope with a CPI in both recordings.
+    /// CPI attributions, one per paired scope with a CPI in both recordings
+    /// (none when the metric filter leaves `derived.cpi` out).
     pub cpi: Vec<CpiAttribution>,
-    /// One line when neither recording has a CPI (software events only).
+    /// One line when neither recording has a CPI (software events only) and
+    /// the metric filter does not leave the CPI out.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cpi_note: Option<String>,
     /// Scopes (and scope metrics) only recording A has, as text.
@@ -536,6 +538,13 @@ pub fn compare(
     let mut cpi = Vec::new();
     let mut too_few_samples = Vec::new();
     let mut any_cpi = false;
+    // The CPI attribution belongs to the output unless the metric filter
+    // leaves the CPI out.
+    let wants_cpi = opts.metrics.is_empty()
+        || opts
+            .metrics
+            .iter()
+            .any(|f| glob_match(f, names::DERIVED_CPI));
     for (pa, pb) in &pairs {
         let (ca, cb) = (&sa[pa], &sb[pb]);
         let label = ca.label.clone().or_else(|| cb.label.clone());
@@ -594,6 +603,9 @@ pub fn compare(
         for metric in cb.metrics.keys().filter(|m| !ca.metrics.contains_key(*m)) {
             only_in_b.push(format!("{} {metric}", scope_text(pb, cb.label.as_deref())));
         }
+        if !wants_cpi {
+            continue;
+        }
         let cpi_name = MetricName::from_static(names::DERIVED_CPI);
         any_cpi |= ca.metrics.contains_key(&cpi_name) || cb.metrics.contains_key(&cpi_name);
         if let Some(attr) = attribute_cpi(&scope, label.clone(), ca, cb, opts.confidence, &cpi_name)
@@ -609,7 +621,7 @@ pub fn compare(
     }
     changes.sort_by(rank);
     let class = |c: CounterClass| format!("{c:?}").to_lowercase();
-    let cpi_note = (!any_cpi).then(|| {
+    let cpi_note = (wants_cpi && !any_cpi).then(|| {
         format!(
             "CPI: not in these recordings (counters: {} in A, {} in B); a CPI stack needs the hardware events instructions and cycles, so no CPI change can be attributed",
             class(a.header.counters),
@@ -1004,6 +1016,7 @@ mod tests {
         };
         let cmp2 = compare(&a, &b, &only).unwrap();
         assert_eq!(cmp2.changes.len(), 1);
+        assert_eq!(cmp2.cpi_note, None, "the filter leaves the CPI out");
         let by_label = CompareOptions {
             scopes: vec!["load".into()],
             ..CompareOptions::default()
