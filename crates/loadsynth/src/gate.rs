@@ -428,22 +428,10 @@ fn run_command(cmd: &str, stop: &StopFlag) -> Result<Outcome, String> {
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .process_group(0);
-    // The agent blocks SIGTERM/SIGINT/SIGHUP in every thread (they are
-    // taken by its signal thread) and a child inherits the mask: unblock
-    // them, or the command could not be stopped by them (a `kill` in a
-    // test script, a test framework's timeout).
-    // SAFETY: sigprocmask is async-signal-safe; nothing else runs between
-    // fork and exec here.
-    unsafe {
-        command.pre_exec(|| {
-            let mut none: libc::sigset_t = std::mem::zeroed();
-            libc::sigemptyset(&mut none);
-            if libc::sigprocmask(libc::SIG_SETMASK, &none, std::ptr::null_mut()) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        })
-    };
+    // The agent blocks SIGTERM/SIGINT/SIGHUP in every thread (its signal
+    // thread takes them) and a blocked mask survives exec: without this a
+    // `kill` in the command (or a test framework's timeout) would do nothing.
+    hwqos_core::process::clear_signal_mask_on_exec(&mut command);
     let mut child = command
         .spawn()
         .map_err(|e| format!("starting `sh -c`: {e}"))?;
