@@ -13,12 +13,19 @@
 //!       "allowed_cpus": null,
 //!       "affinity": [0],
 //!       "period_us": 10000,
-//!       "quotas": { "L1-dcache-loads": 1000000, "sw.page_faults": 100000 } },
+//!       "quotas": { "L1-dcache-loads": 1000000, "sw.page_faults": 100000 },
+//!       "quota_scope": "process" },
 //!     { "name": "Sample allocation of proc #1", "process": "name:testrun_core1",
 //!       "affinity": [1] }
 //!   ]
 //! }
 //! ```
+//!
+//! `quota_scope` says what each quota bounds: `"process"` (the default) the
+//! sum over all threads of the process, threads that start later included;
+//! `"thread"` each thread on its own, so a period's total can reach
+//! threads × quota. Any other word is refused. The process is throttled as
+//! soon as any one of its quota events is used up.
 //!
 //! [`Contract::parse`] checks the structure (unknown fields, schema, zero
 //! quotas, period range, affinity outside `allowed_cpus`) and fails with an
@@ -27,7 +34,9 @@
 //! and *skips* entries that cannot apply, each with a reason, so one stale
 //! entry never stops the rest.
 
-use crate::backend::{EventQuota, QuotaSet, MAX_EVENTS, MAX_PERIOD, MAX_QUOTA, MIN_PERIOD};
+use crate::backend::{
+    EventQuota, QuotaScope, QuotaSet, MAX_EVENTS, MAX_PERIOD, MAX_QUOTA, MIN_PERIOD,
+};
 use crate::SchedError;
 use hwqos_pmu::catalog::Catalog;
 use hwqos_pmu::target::{Resolver, TargetSelector};
@@ -85,6 +94,10 @@ pub struct Entry {
     /// Event name (hwqos `sw.*`/`hw.*` or perf name) → events per period.
     #[serde(default)]
     pub quotas: BTreeMap<String, u64>,
+    /// What each quota bounds: `"process"` (default) the sum over all the
+    /// process's threads, `"thread"` each thread on its own.
+    #[serde(default, skip_serializing_if = "QuotaScope::is_default")]
+    pub quota_scope: QuotaScope,
     /// Why the decision engine chose this entry, one line per reason; empty
     /// for a hand-written entry. Informational only.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -282,6 +295,7 @@ impl Contract {
             let quotas = (!events.is_empty()).then(|| QuotaSet {
                 period: e.period(),
                 events,
+                scope: e.quota_scope,
             });
             if let Some(q) = &quotas {
                 if let Err(err) = q.validate() {
@@ -511,6 +525,7 @@ mod tests {
                 affinity,
                 period_us: 10_000,
                 quotas: quotas.iter().map(|(k, v)| (k.to_string(), *v)).collect(),
+                quota_scope: QuotaScope::Process,
                 explanation: vec![],
                 force: false,
             };
@@ -566,6 +581,7 @@ mod tests {
             affinity: vec![],
             period_us: 10_000,
             quotas: BTreeMap::new(),
+            quota_scope: QuotaScope::default(),
             explanation: vec![],
             force,
         }]);
@@ -631,6 +647,25 @@ mod tests {
             let err = Contract::parse(&text).unwrap_err().to_string();
             assert!(err.contains(want), "{err} does not contain {want}");
         }
+        // quota_scope: two words, anything else refused; the default is
+        // "process" and is not written back.
+        let scoped = FIG_8_9.replace(
+            "\"quotas\": { \"L1-dcache-loads\"",
+            "\"quota_scope\": \"thread\", \"quotas\": { \"L1-dcache-loads\"",
+        );
+        let c = Contract::parse(&scoped).unwrap();
+        assert_eq!(c.entries[0].quota_scope, QuotaScope::Thread);
+        assert_eq!(c.entries[1].quota_scope, QuotaScope::Process);
+        assert!(c.to_json().contains("\"quota_scope\": \"thread\""));
+        assert_eq!(c.to_json().matches("quota_scope").count(), 1);
+        assert_eq!(Contract::parse(&c.to_json()).unwrap(), c);
+        let err = Contract::parse(&scoped.replace("\"thread\"", "\"cores\""))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("unknown variant `cores`, expected `process` or `thread`"),
+            "{err}"
+        );
         // The largest quota the kernel takes is accepted.
         assert!(Contract::parse(&FIG_8_9.replace("1000000", "9223372036854775807")).is_ok());
     }

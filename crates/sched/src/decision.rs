@@ -303,6 +303,7 @@ pub fn decide(topo: &Topology, model: &SensitivityModel) -> Result<Decision, Sch
             affinity: placer.placed.get(&p.process).cloned().unwrap_or_default(),
             period_us,
             quotas,
+            quota_scope: Default::default(),
             explanation: why,
             force: false,
         });

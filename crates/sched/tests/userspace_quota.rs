@@ -7,7 +7,7 @@ use hwqos_pmu::EventAttr;
 use hwqos_sched::backend::userspace::{
     OverflowRoute, ThrottleMethod, UserspaceBackend, UserspaceOptions,
 };
-use hwqos_sched::backend::{EventQuota, QuotaBackend, QuotaSet};
+use hwqos_sched::backend::{EventQuota, QuotaBackend, QuotaScope, QuotaSet};
 use hwqos_sched::leech::{self, LeechKind, LeechSpec, DUTY_FULL};
 use std::process::{Child, Command};
 use std::sync::atomic::{AtomicBool, AtomicU64};
@@ -74,6 +74,11 @@ fn page_faults(quota: u64) -> QuotaSet {
             },
             quota,
         }],
+        // These tests are about the routes' precision with one busy thread,
+        // where both scopes mean the same; thread scope is the one that
+        // stops at exactly the quota (process scope stops short of it by
+        // fewer events than threads). Process scope: tests/process_quota.rs.
+        scope: QuotaScope::Thread,
     }
 }
 

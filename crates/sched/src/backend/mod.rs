@@ -13,7 +13,9 @@
 //!
 //! Both implement [`QuotaBackend`]. The unit of enforcement is a process
 //! (`pid`) with all its threads; the kernel backend configures each thread, the
-//! userspace backend opens a counter per thread and sums them.
+//! userspace backend opens a counter per thread and sums them. A quota
+//! bounds the process's sum over its threads or each thread
+//! ([`QuotaScope`]).
 
 pub mod sched_sra;
 pub mod userspace;
@@ -47,7 +49,38 @@ pub struct EventQuota {
     pub quota: u64,
 }
 
-/// What a backend enforces on one process: a period and 1–4 event quotas.
+/// What a quota bounds: the sum over every thread of the process, or each
+/// thread on its own (`"quota_scope"` of a contract entry).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum QuotaScope {
+    /// The quota bounds the sum over all threads of the process, threads
+    /// that start later included (the default).
+    #[default]
+    Process,
+    /// The quota bounds each thread: a period's total can reach
+    /// threads × quota.
+    Thread,
+}
+
+impl QuotaScope {
+    /// The contract word (`process`, `thread`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            QuotaScope::Process => "process",
+            QuotaScope::Thread => "thread",
+        }
+    }
+
+    /// Whether this is the default ([`QuotaScope::Process`]), for
+    /// `skip_serializing_if`.
+    pub fn is_default(&self) -> bool {
+        *self == QuotaScope::Process
+    }
+}
+
+/// What a backend enforces on one process: a period, 1–4 event quotas and
+/// whether they bound the process or each thread.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct QuotaSet {
     /// The period after which every quota renews, [`MIN_PERIOD`]..=[`MAX_PERIOD`].
@@ -55,6 +88,9 @@ pub struct QuotaSet {
     /// 1 to [`MAX_EVENTS`] events, each with its quota per period; no event
     /// twice. The process is throttled when any one of them is used up.
     pub events: Vec<EventQuota>,
+    /// What each quota bounds (default: the whole process).
+    #[serde(default)]
+    pub scope: QuotaScope,
 }
 
 impl QuotaSet {

@@ -8,8 +8,16 @@
 //! at once and releases its counters. Statistics are the keys the kernel
 //! reports in the same file. New threads start as `SCHED_NORMAL` and are added
 //! by [`QuotaBackend::refresh_threads`].
+//!
+//! The kernel class counts and throttles each task on its own. For
+//! [`QuotaScope::Process`] the backend therefore gives each of the `n`
+//! threads an even share, ⌊quota / n⌋ (at least 1), re-divided whenever
+//! [`QuotaBackend::refresh_threads`] finds the thread count changed: the
+//! process's sum stays within the quota, but a thread cannot use a share
+//! another thread leaves unused (the userspace backend re-divides within the
+//! period instead).
 
-use super::{QuotaBackend, QuotaSet, QuotaStats};
+use super::{QuotaBackend, QuotaScope, QuotaSet, QuotaStats};
 use crate::SchedError;
 use std::collections::{BTreeMap, BTreeSet};
 use std::io;
@@ -98,6 +106,19 @@ pub fn config_line(q: &QuotaSet) -> String {
     }
     s.push('\n');
     s
+}
+
+/// What each of `threads` threads is configured with: `q` itself for
+/// [`QuotaScope::Thread`], an even share ⌊quota / threads⌋ (at least 1) of
+/// every quota for [`QuotaScope::Process`].
+pub fn thread_share(q: &QuotaSet, threads: usize) -> QuotaSet {
+    let mut share = q.clone();
+    if q.scope == QuotaScope::Process {
+        for e in &mut share.events {
+            e.quota = (e.quota / threads.max(1) as u64).max(1);
+        }
+    }
+    share
 }
 
 /// Parses the `key value` lines of a per-task `sched_sra` file.
@@ -218,8 +239,9 @@ impl QuotaBackend for SchedSraBackend {
                 .ne(quotas.events.iter().map(|e| e.attr))
         });
         let mut done = BTreeSet::new();
+        let share = thread_share(quotas, tids.len());
         for tid in tids {
-            match self.configure(pid, tid, quotas, events_changed) {
+            match self.configure(pid, tid, &share, events_changed) {
                 Ok(()) => {
                     done.insert(tid);
                 }
@@ -306,8 +328,17 @@ impl QuotaBackend for SchedSraBackend {
             };
             let mut tids: BTreeSet<u32> =
                 known.iter().copied().filter(|t| now.contains(t)).collect();
+            let share = thread_share(&quotas, now.len());
+            if quotas.scope == QuotaScope::Process && now.len() != known.len() {
+                // A new division: the threads kept get their new share in place.
+                for tid in tids.clone() {
+                    if let Err(e) = self.configure(pid, tid, &share, false) {
+                        tracing::debug!(pid, tid, error = %e, "thread share not updated");
+                    }
+                }
+            }
             for tid in now.iter().copied().filter(|t| !known.contains(t)) {
-                match self.configure(pid, tid, &quotas, false) {
+                match self.configure(pid, tid, &share, false) {
                     Ok(()) => {
                         tids.insert(tid);
                     }
@@ -355,6 +386,7 @@ mod tests {
                 },
                 quota: q,
             }],
+            scope: QuotaScope::Thread,
         }
     }
 
@@ -409,5 +441,37 @@ mod tests {
             b.enforce(99, &quotas(5)),
             Err(SchedError::Vanished { pid: 99 })
         ));
+        // Process scope: the two threads share the quota evenly (the kernel
+        // class counts per task), and a third thread re-divides it.
+        let process = QuotaSet {
+            scope: QuotaScope::Process,
+            ..quotas(50)
+        };
+        b.enforce(40, &process).unwrap();
+        let line = |tid: u32| {
+            std::fs::read_to_string(root.path().join(format!("40/task/{tid}/sched_sra"))).unwrap()
+        };
+        assert_eq!(line(40), "period_ns=10000000 event=1:2:25\n");
+        assert_eq!(line(41), "period_ns=10000000 event=1:2:25\n");
+        let d = root.path().join("40/task/42");
+        std::fs::create_dir_all(&d).unwrap();
+        std::fs::write(d.join("sched_sra"), "").unwrap();
+        assert!(b.refresh_threads().is_empty());
+        for tid in [40, 41, 42] {
+            assert_eq!(line(tid), "period_ns=10000000 event=1:2:16\n", "tid {tid}");
+        }
+        assert_eq!(thread_share(&quotas(50), 3), quotas(50));
+        assert_eq!(
+            thread_share(
+                &QuotaSet {
+                    scope: QuotaScope::Process,
+                    ..quotas(2)
+                },
+                3
+            )
+            .events[0]
+                .quota,
+            1
+        );
     }
 }

@@ -8,9 +8,9 @@
 //! - [`OverflowRoute::Agent`]: a real-time signal to the
 //!   backend's overflow thread (`F_SETOWN_EX` with `F_OWNER_TID`, `F_SETSIG`,
 //!   `O_ASYNC`), read through a `signalfd` with the counter's fd in
-//!   `ssi_fd`. Each thread's counter is armed with the process's whole budget
-//!   for the period, so any overflow means the budget is used up and the
-//!   thread throttles the process at once (cgroup v2 freeze or `SIGSTOP`, see
+//!   `ssi_fd`. In thread scope each thread's counter is armed with the whole
+//!   budget for the period, so any overflow means the budget is used up and
+//!   the thread throttles the process at once (cgroup v2 freeze or `SIGSTOP`, see
 //!   [`ThrottleMethod`]).
 //! - [`OverflowRoute::Direct`] (the default): `SIGSTOP` straight to the counted thread
 //!   (`F_SETOWN_EX` to the target, `F_SETSIG` = `SIGSTOP`): the kernel stops
@@ -19,10 +19,30 @@
 //!   This is the precise route: the agent route's overshoot is the agent's
 //!   wake-up latency times the event rate (docs/experiments/sra.md).
 //!
-//! Either way the bound is per thread: a process is stopped as soon as one of
-//! its threads has counted the quota, so a period's total is the quota plus
-//! whatever the other threads counted meanwhile — exact for a process with one
-//! busy thread, at most `threads × quota` in the worst case.
+//! What a quota bounds is the quota set's [`QuotaScope`]:
+//!
+//! - [`QuotaScope::Thread`]: each counter is armed with the whole budget, on
+//!   the route above. A process is stopped as soon as one of its threads has
+//!   counted the quota, so a period's total is the quota plus whatever the
+//!   other threads counted meanwhile — exact for a process with one busy
+//!   thread, at most `threads × quota` in the worst case.
+//! - [`QuotaScope::Process`] (the default): the sum over the threads. What
+//!   is left of the period's allowance is split among the live threads'
+//!   counters by weight (see `split`, shares summing to at most what is
+//!   left). When one share runs out the agent is signalled: it rescans the
+//!   thread list, reads every counter and re-splits the rest with
+//!   `PERF_EVENT_IOC_PERIOD` and no reset (counts stay exact), or throttles
+//!   when fewer events than threads are left. On the direct route each
+//!   counter still stops its thread in the kernel at the end of its share,
+//!   and a second counter per thread and event (`notify`, armed first, so it
+//!   never overflows later) signals the agent, which continues the process
+//!   after the re-split: the agent's latency costs the process run time,
+//!   never quota. On the agent route there is one counter, signalling the
+//!   agent, and the agent throttles as soon as what is left is no more than
+//!   its own wake-up lets through (overshoot = latency × event rate).
+//!   Counters with `inherit` were not used: the kernel applies
+//!   `PERF_EVENT_IOC_PERIOD` to the parent event only, so an inherited
+//!   thread's budget could not be re-split.
 //!
 //! A renewal thread wakes at every period boundary (absolute deadlines, final
 //! approach with `hwqos_core::ticker::sleep_until`), reads each counter and
@@ -34,7 +54,7 @@
 //! switch ([`crate::deadman`]) that continues the process when the agent
 //! and its guardian are both gone, so no process stays stopped if they die.
 
-use super::{EventQuota, PeriodUsage, QuotaBackend, QuotaSet, QuotaStats};
+use super::{EventQuota, PeriodUsage, QuotaBackend, QuotaScope, QuotaSet, QuotaStats};
 use crate::guardian::GuardianClient;
 use crate::SchedError;
 use hwqos_core::ticker::{sleep_until, LatencyHistogram, SlackEstimator};
@@ -134,6 +154,34 @@ struct Counter {
     /// The count at which the counter overflows next (its budget this
     /// period, plus what it borrowed).
     armed: u64,
+    /// Events counted in the previous period: this thread's weight in the
+    /// process-scope split.
+    last: u64,
+    /// Process scope on the direct route: a second counter of the same
+    /// event and budget whose overflow signals the agent (to re-split),
+    /// while `quota`'s overflow stops the thread in the kernel. Armed before
+    /// `quota`, so it never overflows after it.
+    notify: Option<OwnedFd>,
+}
+
+impl Counter {
+    /// [`arm`] the notifier, then the counter.
+    fn arm(&mut self, budget: u64) -> Result<(), SchedError> {
+        if let Some(n) = &self.notify {
+            arm(n, budget)?;
+        }
+        self.armed = budget;
+        arm(&self.quota, budget)
+    }
+
+    /// [`extend`] the notifier, then the counter, by `more` from `count`.
+    fn extend(&mut self, count: u64, more: u64) -> Result<(), SchedError> {
+        if let Some(n) = &self.notify {
+            extend(n, more)?;
+        }
+        self.armed = count + more;
+        extend(&self.quota, more)
+    }
 }
 
 struct ThreadCounters {
@@ -149,6 +197,13 @@ struct Task {
     exited: Vec<u64>,
     /// Counts of all completed periods.
     completed: Vec<u64>,
+    /// Process scope: this period's budget per event (the quota, or
+    /// lending's prediction plus what was borrowed).
+    allowance: Vec<u64>,
+    /// Process scope: per event, a decaying maximum of what the process
+    /// counted between its counters' overflows and the agent's re-split
+    /// (the agent's wake-up latency times the event rate).
+    late: Vec<u64>,
     next_deadline_ns: u64,
     throttled_since_ns: Option<u64>,
     throttled_this_period: bool,
@@ -234,7 +289,9 @@ impl UserspaceBackend {
             opts,
         });
         let mut threads = Vec::new();
-        if shared.opts.route == OverflowRoute::Agent {
+        // Process-scope quotas re-split their budget at every overflow, so
+        // the overflow thread runs on both routes.
+        {
             let (ready_tx, ready_rx) = std::sync::mpsc::channel();
             let s = shared.clone();
             threads.push(
@@ -354,6 +411,8 @@ impl QuotaBackend for UserspaceBackend {
             threads: BTreeMap::new(),
             exited: vec![0; quotas.events.len()],
             completed: vec![0; quotas.events.len()],
+            allowance: quotas.events.iter().map(|e| e.quota).collect(),
+            late: vec![0; quotas.events.len()],
             next_deadline_ns: 0,
             throttled_since_ns: None,
             throttled_this_period: false,
@@ -365,10 +424,13 @@ impl QuotaBackend for UserspaceBackend {
         };
         let owner = self.shared.overflow_tid.load(Ordering::SeqCst);
         for tid in tids {
-            match open_thread(tid, &quotas.events, opts, owner) {
+            match open_thread(tid, &quotas.events, opts, owner, quotas.scope) {
                 Ok(tc) => {
                     for (i, c) in tc.counters.iter().enumerate() {
                         st.by_fd.insert(c.quota.as_raw_fd(), (pid, tid, i));
+                        if let Some(n) = &c.notify {
+                            st.by_fd.insert(n.as_raw_fd(), (pid, tid, i));
+                        }
                     }
                     task.threads.insert(tid, tc);
                 }
@@ -389,9 +451,13 @@ impl QuotaBackend for UserspaceBackend {
         } else {
             monotonic_ns() + period_ns
         };
-        for tc in task.threads.values() {
-            for (i, c) in tc.counters.iter().enumerate() {
-                arm(&c.quota, quotas.events[i].quota)?;
+        if quotas.scope == QuotaScope::Process {
+            arm_process(&mut task)?;
+        } else {
+            for tc in task.threads.values() {
+                for (i, c) in tc.counters.iter().enumerate() {
+                    arm(&c.quota, quotas.events[i].quota)?;
+                }
             }
         }
         st.tasks.insert(pid, task);
@@ -462,45 +528,238 @@ impl QuotaBackend for UserspaceBackend {
         let pids: Vec<u32> = st.tasks.keys().copied().collect();
         let mut gone = Vec::new();
         for pid in pids {
-            let Some(now) = crate::proc::threads(&opts.proc_root, pid) else {
+            if crate::proc::threads(&opts.proc_root, pid).is_none() {
                 tracing::info!(pid, "enforced process exited; releasing");
                 release_locked(&mut st, opts, pid);
                 gone.push(pid);
                 continue;
-            };
-            let State { tasks, by_fd, .. } = &mut *st;
-            let task = tasks.get_mut(&pid).expect("listed");
-            let old: Vec<u32> = task.threads.keys().copied().collect();
-            for tid in old.iter().filter(|t| now.binary_search(t).is_err()) {
-                if let Some(tc) = task.threads.remove(tid) {
-                    for (i, c) in tc.counters.iter().enumerate() {
-                        task.exited[i] += crate::counter::read(&c.quota).unwrap_or(0);
-                        by_fd.remove(&c.quota.as_raw_fd());
-                    }
-                }
             }
-            let new: Vec<u32> = now
-                .iter()
-                .copied()
-                .filter(|t| !task.threads.contains_key(t))
-                .collect();
-            for tid in new {
-                match open_thread(tid, &task.quotas.events, opts, owner) {
-                    Ok(tc) => {
-                        for (i, c) in tc.counters.iter().enumerate() {
-                            by_fd.insert(c.quota.as_raw_fd(), (pid, tid, i));
-                            if let Err(e) = arm(&c.quota, task.quotas.events[i].quota) {
-                                tracing::warn!(pid = task.pid, error = %e, "cannot re-arm a quota counter");
-                            }
+            let State {
+                tasks,
+                by_fd,
+                pools,
+                stop_latency,
+                errors,
+                ..
+            } = &mut *st;
+            let task = tasks.get_mut(&pid).expect("listed");
+            let Some(new) = sync_threads(task, by_fd, opts, owner) else {
+                continue;
+            };
+            if new.is_empty() {
+                continue;
+            }
+            if task.quotas.scope == QuotaScope::Thread {
+                for tid in &new {
+                    for (i, c) in task.threads[tid].counters.iter().enumerate() {
+                        if let Err(e) = arm(&c.quota, task.quotas.events[i].quota) {
+                            tracing::warn!(pid, error = %e, "cannot arm a quota counter");
                         }
-                        tracing::debug!(pid, tid, "counting a new thread");
-                        task.threads.insert(tid, tc);
                     }
-                    Err(e) => tracing::debug!(pid, tid, error = %e, "new thread not counted"),
                 }
+            } else if task.throttled_since_ns.is_some() {
+                // Held until the period ends; the renewal re-splits.
+                for tid in &new {
+                    for c in task
+                        .threads
+                        .get_mut(tid)
+                        .expect("opened")
+                        .counters
+                        .iter_mut()
+                    {
+                        let _ = c.arm(1);
+                    }
+                }
+            } else if let Some(idx) = process_round(task, opts, pools) {
+                throttle_now(task, opts, idx, monotonic_ns(), stop_latency, errors);
+            } else if opts.route == OverflowRoute::Direct {
+                thaw(task, opts);
             }
         }
         gone
+    }
+}
+
+/// Rescans `/proc/PID/task`: folds the counts of threads that exited into
+/// `exited` and opens counters (disabled, not armed yet) on new threads.
+/// Returns the new threads; `None` when the process is gone.
+fn sync_threads(
+    task: &mut Task,
+    by_fd: &mut HashMap<RawFd, (u32, u32, usize)>,
+    opts: &UserspaceOptions,
+    owner: i32,
+) -> Option<Vec<u32>> {
+    let now = crate::proc::threads(&opts.proc_root, task.pid)?;
+    let old: Vec<u32> = task.threads.keys().copied().collect();
+    for tid in old.iter().filter(|t| now.binary_search(t).is_err()) {
+        if let Some(tc) = task.threads.remove(tid) {
+            for (i, c) in tc.counters.iter().enumerate() {
+                task.exited[i] += crate::counter::read(&c.quota).unwrap_or(0);
+                by_fd.remove(&c.quota.as_raw_fd());
+                if let Some(n) = &c.notify {
+                    by_fd.remove(&n.as_raw_fd());
+                }
+            }
+        }
+    }
+    let mut added = Vec::new();
+    for tid in now {
+        if task.threads.contains_key(&tid) {
+            continue;
+        }
+        match open_thread(tid, &task.quotas.events, opts, owner, task.quotas.scope) {
+            Ok(tc) => {
+                for (i, c) in tc.counters.iter().enumerate() {
+                    by_fd.insert(c.quota.as_raw_fd(), (task.pid, tid, i));
+                    if let Some(n) = &c.notify {
+                        by_fd.insert(n.as_raw_fd(), (task.pid, tid, i));
+                    }
+                }
+                tracing::debug!(pid = task.pid, tid, "counting a new thread");
+                task.threads.insert(tid, tc);
+                added.push(tid);
+            }
+            Err(e) => tracing::debug!(pid = task.pid, tid, error = %e, "new thread not counted"),
+        }
+    }
+    Some(added)
+}
+
+/// Splits `remaining` events among threads by weight, each share at least 1
+/// and the shares summing to at most `remaining` when `remaining` ≥ the
+/// number of threads.
+fn split(remaining: u64, weights: &[u64]) -> Vec<u64> {
+    let n = weights.len() as u64;
+    let total: u128 = weights.iter().map(|w| *w as u128).sum::<u128>().max(1);
+    let spare = remaining.saturating_sub(n) as u128;
+    weights
+        .iter()
+        .map(|w| 1 + (spare * *w as u128 / total) as u64)
+        .collect()
+}
+
+/// The weights of one event's counters: what each thread counted this
+/// period and the last, plus a floor (a quarter of the mean) so an idle
+/// thread still gets a share and is noticed when it wakes.
+fn weights(counts: &[(u64, u64)]) -> Vec<u64> {
+    let sum: u64 = counts.iter().map(|(now, last)| now + last).sum();
+    let floor = sum / (4 * counts.len().max(1) as u64) + 1;
+    counts
+        .iter()
+        .map(|(now, last)| now + last + floor)
+        .collect()
+}
+
+/// A process-scope period's first arming: each event's allowance split by
+/// the threads' last-period weights, every counter (and notifier) reset.
+fn arm_process(task: &mut Task) -> Result<(), SchedError> {
+    for i in 0..task.quotas.events.len() {
+        let w = weights(
+            &task
+                .threads
+                .values()
+                .map(|tc| (0, tc.counters[i].last))
+                .collect::<Vec<_>>(),
+        );
+        let shares = split(task.allowance[i], &w);
+        for (tc, share) in task.threads.values_mut().zip(shares) {
+            tc.counters[i].arm(share)?;
+        }
+    }
+    Ok(())
+}
+
+/// Below this much left of an event's allowance a process-scope process
+/// borrows (lending): 1/64 of the allowance, the thread count, or twice what
+/// the process counted during the agent's recent wake-ups, whichever is
+/// largest.
+fn low_water(allowance: u64, threads: u64, late: u64) -> u64 {
+    (allowance / 64).max(threads).max(late.saturating_mul(2))
+}
+
+/// A process-scope round, run on an overflow and when new threads appear:
+/// reads every counter of the process and, per event, re-splits what is left
+/// of the allowance among the live threads (counting on, no reset). Returns
+/// the event to throttle on when one is used up: fewer events left than
+/// threads, or (agent route) no more than the agent's wake-up would let
+/// through. On the direct route every share is also a hard stop in the
+/// kernel, so the agent's latency costs the process run time, never quota;
+/// the caller continues the process after a re-split.
+fn process_round(
+    task: &mut Task,
+    opts: &UserspaceOptions,
+    pools: &mut HashMap<PoolKey, u64>,
+) -> Option<usize> {
+    let n = task.threads.len() as u64;
+    if n == 0 {
+        return None;
+    }
+    let period_ns = task.quotas.period.as_nanos() as u64;
+    let direct = opts.route == OverflowRoute::Direct;
+    let mut plans = Vec::with_capacity(task.quotas.events.len());
+    for i in 0..task.quotas.events.len() {
+        let mut sum = task.exited[i];
+        let mut late = 0;
+        let mut counts = Vec::with_capacity(task.threads.len());
+        for tc in task.threads.values() {
+            let c = &tc.counters[i];
+            let v = crate::counter::read(&c.quota).unwrap_or(0);
+            sum += v;
+            late += v.saturating_sub(c.armed);
+            counts.push((v, c.last));
+        }
+        task.late[i] = late.max(task.late[i] - task.late[i] / 8);
+        let mut remaining = task.allowance[i].saturating_sub(sum);
+        if opts.lending && remaining <= low_water(task.allowance[i], n, task.late[i]) {
+            let q = &task.quotas.events[i];
+            let key = pool_key(q, period_ns);
+            let available = pools.get(&key).copied().unwrap_or(0);
+            if available > 0 {
+                let chunk = available.min((q.quota / 4).max(1));
+                pools.insert(key, available - chunk);
+                task.allowance[i] += chunk;
+                task.stats.events[i].borrowed += chunk;
+                remaining += chunk;
+            }
+        }
+        if remaining < n || (!direct && remaining <= task.late[i]) {
+            return Some(i);
+        }
+        plans.push((counts, remaining));
+    }
+    for (i, (counts, remaining)) in plans.into_iter().enumerate() {
+        let shares = split(remaining, &weights(&counts));
+        for ((tc, share), (count, _)) in task.threads.values_mut().zip(shares).zip(counts) {
+            if let Err(e) = tc.counters[i].extend(count, share) {
+                tracing::warn!(pid = task.pid, error = %e, "cannot re-split a quota counter");
+            }
+        }
+    }
+    None
+}
+
+/// Throttles `task` now on behalf of event `idx` and records it.
+fn throttle_now(
+    task: &mut Task,
+    opts: &UserspaceOptions,
+    idx: usize,
+    got_ns: u64,
+    stop_latency: &mut LatencyHistogram,
+    errors: &mut u64,
+) {
+    match throttle(task, opts) {
+        Ok(()) => {
+            let now = monotonic_ns();
+            stop_latency.record(now.saturating_sub(got_ns));
+            task.throttled_since_ns = Some(now);
+            task.throttled_this_period = true;
+            task.stats.nr_throttled += 1;
+            task.stats.events[idx].overflows += 1;
+        }
+        Err(e) => {
+            *errors += 1;
+            tracing::warn!(pid = task.pid, error = %e, "could not throttle");
+        }
     }
 }
 
@@ -528,6 +787,9 @@ fn release_locked(st: &mut State, opts: &UserspaceOptions, pid: u32) {
     for tc in task.threads.values() {
         for c in &tc.counters {
             st.by_fd.remove(&c.quota.as_raw_fd());
+            if let Some(n) = &c.notify {
+                st.by_fd.remove(&n.as_raw_fd());
+            }
             // Disable first so no overflow stops the process after the thaw.
             // SAFETY: ioctl on an fd we own.
             unsafe { sys::ioctls::DISABLE(c.quota.as_raw_fd(), 0) };
@@ -650,23 +912,39 @@ fn direct_route_check(uid: u32, euid: u32, pid: u32, status: &str) -> Result<(),
     ))
 }
 
+/// Opens one quota counter per event on `tid`, disabled. Thread scope
+/// follows the route. Process scope signals the agent on the agent route;
+/// on the direct route the counter stops the thread in the kernel and a
+/// second counter (`notify`) signals the agent, which re-splits.
 fn open_thread(
     tid: u32,
     events: &[EventQuota],
     opts: &UserspaceOptions,
     overflow_tid: i32,
+    scope: QuotaScope,
 ) -> Result<ThreadCounters, SchedError> {
     let mut counters = Vec::new();
+    let direct = opts.route == OverflowRoute::Direct;
+    let rt = libc::SIGRTMIN() + opts.rt_signal_offset;
     for q in events {
         let quota = crate::counter::open(tid, &q.name, &q.attr, Some(q.quota))?;
-        let (owner, signal) = match opts.route {
-            OverflowRoute::Agent => (overflow_tid, libc::SIGRTMIN() + opts.rt_signal_offset),
-            OverflowRoute::Direct => (tid as i32, libc::SIGSTOP),
+        let notify = if direct && scope == QuotaScope::Process {
+            let n = crate::counter::open(tid, &q.name, &q.attr, Some(q.quota))?;
+            route_signal(n.as_raw_fd(), overflow_tid, rt)?;
+            Some(n)
+        } else {
+            None
         };
-        route_signal(quota.as_raw_fd(), owner, signal)?;
+        if direct {
+            route_signal(quota.as_raw_fd(), tid as i32, libc::SIGSTOP)?;
+        } else {
+            route_signal(quota.as_raw_fd(), overflow_tid, rt)?;
+        }
         counters.push(Counter {
             quota,
             armed: q.quota,
+            last: 0,
+            notify,
         });
     }
     Ok(ThreadCounters { counters })
@@ -804,16 +1082,18 @@ fn overflow_thread(shared: Arc<Shared>, ready: std::sync::mpsc::Sender<Result<()
         }
         let got_ns = monotonic_ns();
         let mut st = lock(&shared.state);
-        on_overflow(&mut st, &shared.opts, info.ssi_fd, got_ns);
+        let owner = shared.overflow_tid.load(Ordering::SeqCst);
+        on_overflow(&mut st, &shared.opts, owner, info.ssi_fd, got_ns);
     }
 }
 
-fn on_overflow(st: &mut State, opts: &UserspaceOptions, fd: RawFd, got_ns: u64) {
+fn on_overflow(st: &mut State, opts: &UserspaceOptions, owner: i32, fd: RawFd, got_ns: u64) {
     let Some(&(pid, tid, idx)) = st.by_fd.get(&fd) else {
         return; // a counter closed since the signal was queued
     };
     let State {
         tasks,
+        by_fd,
         stop_latency,
         errors,
         pools,
@@ -823,6 +1103,22 @@ fn on_overflow(st: &mut State, opts: &UserspaceOptions, fd: RawFd, got_ns: u64) 
         return;
     };
     if task.throttled_since_ns.is_some() {
+        return;
+    }
+    if task.quotas.scope == QuotaScope::Process {
+        // One thread used its share: pick up new threads, read them all and
+        // re-split what is left, or throttle. (No staleness check: a round
+        // is right at any moment, and on the direct route the notifier may
+        // overflow a few events before the counter that stops.)
+        sync_threads(task, by_fd, opts, owner);
+        match process_round(task, opts, pools) {
+            Some(i) => throttle_now(task, opts, i, got_ns, stop_latency, errors),
+            // Direct route: the share's end stopped the process in the
+            // kernel (or is about to); the counters are re-armed, so this
+            // SIGCONT comes after any such stop.
+            None if opts.route == OverflowRoute::Direct => thaw(task, opts),
+            None => {}
+        }
         return;
     }
     // A signal queued before the last renewal re-armed the counter is stale:
@@ -861,23 +1157,11 @@ fn on_overflow(st: &mut State, opts: &UserspaceOptions, fd: RawFd, got_ns: u64) 
             }
         }
     }
-    // Every quota counter is armed with the process's whole remaining budget
-    // for the period, so an overflow of any one thread's counter means the
-    // process has used at least its quota: throttle first, count later.
-    match throttle(task, opts) {
-        Ok(()) => {
-            let now = monotonic_ns();
-            stop_latency.record(now.saturating_sub(got_ns));
-            task.throttled_since_ns = Some(now);
-            task.throttled_this_period = true;
-            task.stats.nr_throttled += 1;
-            task.stats.events[idx].overflows += 1;
-        }
-        Err(e) => {
-            *errors += 1;
-            tracing::warn!(pid, error = %e, "could not throttle");
-        }
-    }
+    // Thread scope: every quota counter is armed with the process's whole
+    // remaining budget for the period, so an overflow of any one thread's
+    // counter means that thread has used at least the quota: throttle first,
+    // count later.
+    throttle_now(task, opts, idx, got_ns, stop_latency, errors);
 }
 
 /// Runs the calling thread under `SCHED_FIFO` so an overflow or a period
@@ -930,14 +1214,16 @@ fn renewal_thread(shared: Arc<Shared>) {
             sleep_until(deadline, &SleepStrategy::Absolute, &mut slack);
             st = lock(&shared.state);
         }
-        renew_due(&mut st, &shared.opts);
+        let owner = shared.overflow_tid.load(Ordering::SeqCst);
+        renew_due(&mut st, &shared.opts, owner);
     }
 }
 
-fn renew_due(st: &mut State, opts: &UserspaceOptions) {
+fn renew_due(st: &mut State, opts: &UserspaceOptions, owner: i32) {
     let now = monotonic_ns();
     let State {
         tasks,
+        by_fd,
         renew_lateness,
         missed_periods,
         pools,
@@ -981,37 +1267,67 @@ fn renew_due(st: &mut State, opts: &UserspaceOptions) {
                 *pools.entry(pool_key(q, period_ns)).or_insert(0) += q.quota - b;
             }
         }
+        // Threads that started or ended during the period: the ended ones'
+        // counts go into `exited`, the new ones are armed below.
+        sync_threads(task, by_fd, opts, owner);
+        let process = task.quotas.scope == QuotaScope::Process;
+        let direct = opts.route == OverflowRoute::Direct;
+        let stopped_now = crate::proc::task_state(&opts.proc_root, task.pid) == Some('T');
         let mut used = std::mem::replace(&mut task.exited, vec![0; task.quotas.events.len()]);
-        for tc in task.threads.values_mut() {
+        for (tid, tc) in task.threads.iter_mut() {
             for (i, c) in tc.counters.iter_mut().enumerate() {
-                used[i] += crate::counter::read(&c.quota).unwrap_or(0);
-                c.armed = budgets[i];
-                if let Err(e) = arm(&c.quota, budgets[i]) {
-                    tracing::warn!(pid = task.pid, error = %e, "cannot re-arm a quota counter");
+                let v = crate::counter::read(&c.quota).unwrap_or(0);
+                used[i] += v;
+                c.last = v;
+                if !process {
+                    if let Err(e) = c.arm(budgets[i]) {
+                        tracing::warn!(pid = task.pid, tid, error = %e, "cannot re-arm a quota counter");
+                    }
                 }
+            }
+        }
+        // Which events were used up: process scope, all but fewer events
+        // than threads of the allowance (what a split cannot bound).
+        let threads = task.threads.len().max(1) as u64;
+        let exhausted: Vec<bool> = if process {
+            used.iter()
+                .zip(&task.allowance)
+                .map(|(u, a)| u + threads > *a)
+                .collect()
+        } else {
+            used.iter()
+                .zip(&task.quotas.events)
+                .map(|(u, q)| *u >= q.quota)
+                .collect()
+        };
+        if process {
+            task.allowance = budgets;
+            if let Err(e) = arm_process(task) {
+                tracing::warn!(pid = task.pid, error = %e, "cannot re-arm a quota counter");
             }
         }
         for (t, u) in task.completed.iter_mut().zip(&used) {
             *t += u;
         }
         // Direct route: the kernel stopped the process at the overflow.
-        let stopped_by_kernel = opts.route == OverflowRoute::Direct
-            && used
-                .iter()
-                .zip(&task.quotas.events)
-                .any(|(u, q)| *u >= q.quota);
+        let stopped_by_kernel = direct
+            && !task.throttled_this_period
+            && exhausted.iter().any(|e| *e)
+            && (!process || stopped_now);
         let throttled = task.throttled_this_period || stopped_by_kernel;
         // Also continue a process found stopped without a recorded throttle
-        // (a SIGSTOP whose signal was still in flight at the last renewal).
-        let stray = !throttled
-            && task.cgroup.is_none()
-            && crate::proc::task_state(&opts.proc_root, task.pid) == Some('T');
+        // (a SIGSTOP whose signal was still in flight at the last renewal,
+        // or, process scope on the direct route, a share's end the agent
+        // had not re-split yet).
+        let stray = !throttled && task.cgroup.is_none() && stopped_now;
         if stray {
             tracing::debug!(
                 pid = task.pid,
                 "continuing a process stopped outside a recorded throttle"
             );
         }
+        // The counters are re-armed (process scope, direct route: the
+        // notifiers first), so this SIGCONT comes after any stop they sent.
         if throttled || stray {
             thaw(task, opts);
         }
@@ -1024,7 +1340,7 @@ fn renew_due(st: &mut State, opts: &UserspaceOptions) {
         }
         for (i, e) in task.stats.events.iter_mut().enumerate() {
             e.last_period = used[i];
-            if stopped_by_kernel && used[i] >= e.quota {
+            if stopped_by_kernel && exhausted[i] {
                 e.overflows += 1;
             }
         }
