@@ -14,6 +14,7 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
+#include <linux/futex.h>
 #include <linux/perf_event.h>
 #include <sched.h>
 #include <signal.h>
@@ -1041,6 +1042,175 @@ static void scenario_agent(void)
 	       status, policy, quota, throttled, after_policy, backend_logged);
 }
 
+/*
+ * (9) Placement: 4 CPU-bound SRA tasks, started on CPU 0 and allowed on both
+ * CPUs, end up running on both. Two runs:
+ *   queued  the tasks wait in a sched_yield() loop on CPU 0 (runnable,
+ *           never asleep), are made SRA and allowed on both CPUs while
+ *           queued there, and never sleep, so only the class's push (at
+ *           every pick on a runqueue with waiting SRA tasks) can move them;
+ *   wakeup  the tasks sleep on a futex on CPU 0, are made SRA and allowed
+ *           on both CPUs while asleep, and are woken together, so
+ *           select_task_rq() places them (the push corrects stale counts).
+ * /init does the switch as SCHED_FIFO on CPU 0, so no SRA task runs before
+ * all of them are set up. Each task spins for S9_RUN_NS of wall time and
+ * charges its own thread CPU time, sampled every few microseconds, to the
+ * CPU it is on (getcpu). A run passes when each CPU got at least 35% of
+ * the tasks' CPU time (2 tasks per CPU give 50%; with the old placement,
+ * which kept a task on its CPU, CPU 1 got none).
+ */
+#define S9_TASKS 4
+#define S9_RUN_NS 1500000000ULL
+struct s9_task {
+	volatile int ready;
+	int err;
+	uint64_t cpu_ns[2];
+	int migrations, last_cpu;
+};
+
+struct s9_share {
+	volatile uint32_t go;
+	volatile uint64_t end_ns;
+	struct s9_task t[S9_TASKS];
+};
+
+static void s9_child(struct s9_share *s, struct s9_task *t, int sleep_first)
+{
+	volatile uint64_t x = 1;
+	uint64_t last, c;
+	unsigned int cpu, prev = ~0U;
+	int k;
+
+	t->ready = 1;
+	while (!s->go) {
+		if (sleep_first)
+			syscall(SYS_futex, &s->go, FUTEX_WAIT, 0, NULL, NULL, 0);
+		else
+			sched_yield();
+	}
+	last = cpu_ns();
+	while (now_ns() < s->end_ns) {
+		for (k = 0; k < 200; k++)
+			x = x * 6364136223846793005ULL + 1442695040888963407ULL;
+		if (syscall(SYS_getcpu, &cpu, NULL, NULL) || cpu > 1) {
+			t->err = EINVAL;
+			break;
+		}
+		c = cpu_ns();
+		t->cpu_ns[cpu] += c - last;
+		last = c;
+		if (prev != ~0U && cpu != prev)
+			t->migrations++;
+		prev = cpu;
+	}
+	t->last_cpu = prev;
+	exit(0);
+}
+
+/* Returns the share of CPU 1 in percent, or -1 on a setup error. */
+static int s9_run(int sleep_first, char *out, size_t len)
+{
+	struct s9_share *s = shared_alloc(sizeof(*s));
+	pid_t pid[S9_TASKS] = { 0 };
+	cpu_set_t both;
+	uint64_t total[2] = { 0, 0 };
+	int i, err = 0, migrations = 0, on[2] = { 0, 0 }, share1 = -1;
+
+	make_fault_cfg(1000000UL);
+	/* /init is pinned to CPU 0; the children inherit that. */
+	for (i = 0; i < S9_TASKS && !err; i++) {
+		pid[i] = fork();
+		if (!pid[i])
+			s9_child(s, &s->t[i], sleep_first);
+		if (pid[i] < 0)
+			err = -errno;
+	}
+	/*
+	 * Wait until every child runs its waiting loop (and, for the wakeup
+	 * run, sleeps), then become FIFO: from here on no child runs before
+	 * all of them are set up.
+	 */
+	for (i = 0; i < S9_TASKS && !err; i++) {
+		char path[64], buf[256], *p;
+		int fd, n, waiting = 0;
+
+		snprintf(path, sizeof(path), "/proc/%d/stat", pid[i]);
+		while (!waiting) {
+			usleep(1000);
+			fd = open(path, O_RDONLY);
+			n = fd < 0 ? -1 : read(fd, buf, sizeof(buf) - 1);
+			if (fd >= 0)
+				close(fd);
+			if (n <= 0) {
+				err = -ESRCH;
+				break;
+			}
+			buf[n] = 0;
+			p = strrchr(buf, ')');
+			waiting = s->t[i].ready &&
+				  (!sleep_first || (p && p[1] && p[2] == 'S'));
+		}
+	}
+	if (!err)
+		err = set_policy(0, SCHED_FIFO, 20);
+	CPU_ZERO(&both);
+	CPU_SET(0, &both);
+	CPU_SET(1, &both);
+	for (i = 0; i < S9_TASKS && !err; i++) {
+		err = sra_write(pid[i], cfg_faults);
+		if (!err)
+			err = set_policy(pid[i], SCHED_SRA, 0);
+		if (!err && sched_setaffinity(pid[i], sizeof(both), &both))
+			err = -errno;
+	}
+	s->end_ns = now_ns() + S9_RUN_NS;
+	s->go = 1;
+	if (sleep_first)
+		syscall(SYS_futex, &s->go, FUTEX_WAKE, S9_TASKS, NULL, NULL, 0);
+	if (err) {
+		for (i = 0; i < S9_TASKS; i++)
+			if (pid[i] > 0)
+				kill(pid[i], SIGKILL);
+	}
+	/* Sleeping as FIFO: back on CPU 0 as soon as the run is over. */
+	for (i = 0; i < S9_TASKS; i++)
+		if (pid[i] > 0)
+			wait_child(pid[i]);
+	set_policy(0, SCHED_OTHER, 0);
+	for (i = 0; i < S9_TASKS; i++) {
+		struct s9_task *t = &s->t[i];
+
+		if (t->err && !err)
+			err = -t->err;
+		total[0] += t->cpu_ns[0];
+		total[1] += t->cpu_ns[1];
+		migrations += t->migrations;
+		if (t->last_cpu == 0 || t->last_cpu == 1)
+			on[t->last_cpu]++;
+	}
+	if (!err && total[0] + total[1] > 0)
+		share1 = (int)(total[1] * 100 / (total[0] + total[1]));
+	snprintf(out, len,
+		 "%s: cpu0_ms=%llu cpu1_ms=%llu cpu1_share=%d%% tasks_last_on_cpu0/1=%d/%d migrations=%d err=%s",
+		 sleep_first ? "wakeup" : "queued",
+		 (unsigned long long)total[0] / 1000000,
+		 (unsigned long long)total[1] / 1000000, share1, on[0], on[1],
+		 migrations, err ? strerror(-err) : "none");
+	munmap(s, sizeof(*s));
+	return err ? -1 : share1;
+}
+
+static void scenario_placement(void)
+{
+	char queued[256], wakeup[256];
+	int q = s9_run(0, queued, sizeof(queued));
+	int w = s9_run(1, wakeup, sizeof(wakeup));
+
+	result(q >= 35 && q <= 65 && w >= 35 && w <= 65, "sra-placement",
+	       "tasks=%d run_ms=%llu min_share=35%%; %s; %s", S9_TASKS,
+	       S9_RUN_NS / 1000000, queued, wakeup);
+}
+
 int main(int argc, char **argv)
 {
 	if (argc > 1 && !strcmp(argv[1], "exec-probe"))
@@ -1078,6 +1248,7 @@ int main(int argc, char **argv)
 		scenario_fork_exit();
 		scenario_overhead();
 		scenario_agent();
+		scenario_placement();
 	}
 	printf("SRA-TEST done failures=%d\n", failures);
 	fflush(stdout);

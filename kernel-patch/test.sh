@@ -143,8 +143,8 @@ fi
 grep -q '^SRA-TEST done failures=0' "$run/guest.log" || failed=1
 grep -q '^FAIL ' "$run/guest.log" && failed=1
 passes=$(grep -c '^PASS ' "$run/guest.log" || true)
-if (( passes != 8 )); then
-	echo "FAIL expected 8 passing scenarios, got $passes"
+if (( passes != 9 )); then
+	echo "FAIL expected 9 passing scenarios, got $passes"
 	failed=1
 fi
 cpus=$(grep -o 'Brought up [0-9]* node[s]*, [0-9]* CPUs' "$run/guest.log" || true)
