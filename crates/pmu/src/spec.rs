@@ -376,6 +376,7 @@ fn cpuid_capacity(_vendor: Vendor) -> Option<CounterCapacity> {
 /// perfmon version, EAX[15:8] general-purpose counters per logical CPU, EDX[4:0]
 /// fixed counters (version 2 and later). Version 0 means no architectural PMU
 /// (typical in a VM without a virtual PMU).
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))] // CPUID is x86-only
 fn intel_leaf_a_capacity(eax: u32, edx: u32) -> Option<CounterCapacity> {
     let version = eax & 0xff;
     if version == 0 {
@@ -396,6 +397,7 @@ fn intel_leaf_a_capacity(eax: u32, edx: u32) -> Option<CounterCapacity> {
 
 /// Decodes AMD CPUID leaf 0x80000022 (PerfMonV2, Zen 4 and later): EBX[3:0]
 /// `NumPerfCtrCore`.
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))] // CPUID is x86-only
 fn amd_leaf_80000022_capacity(ebx: u32) -> Option<CounterCapacity> {
     let general_purpose = (ebx & 0xf) as usize;
     (general_purpose > 0).then(|| CounterCapacity {

@@ -21,10 +21,11 @@
 //! }
 //! ```
 //!
-//! `quota_scope` says what each quota bounds: `"process"` (the default) the
-//! sum over all threads of the process, threads that start later included;
-//! `"thread"` each thread on its own, so a period's total can reach
-//! threads × quota. Any other word is refused. The process is throttled as
+//! `quota_scope` says what each quota bounds: `"thread"` (the default) each
+//! thread on its own, so a period's total can reach threads × quota;
+//! `"process"` the sum over all threads of the process, threads that start
+//! later included (not yet the default: a few periods in ten overshoot on a
+//! loaded node, docs/sra.md). Any other word is refused. The process is throttled as
 //! soon as any one of its quota events is used up.
 //!
 //! [`Contract::parse`] checks the structure (unknown fields, schema, zero
@@ -94,8 +95,8 @@ pub struct Entry {
     /// Event name (hwqos `sw.*`/`hw.*` or perf name) → events per period.
     #[serde(default)]
     pub quotas: BTreeMap<String, u64>,
-    /// What each quota bounds: `"process"` (default) the sum over all the
-    /// process's threads, `"thread"` each thread on its own.
+    /// What each quota bounds: `"thread"` (default) each thread on its own,
+    /// `"process"` the sum over all the process's threads.
     #[serde(default, skip_serializing_if = "QuotaScope::is_default")]
     pub quota_scope: QuotaScope,
     /// Why the decision engine chose this entry, one line per reason; empty
@@ -648,20 +649,22 @@ mod tests {
             assert!(err.contains(want), "{err} does not contain {want}");
         }
         // quota_scope: two words, anything else refused; the default is
-        // "process" and is not written back.
+        // "thread" and is not written back.
         let scoped = FIG_8_9.replace(
             "\"quotas\": { \"L1-dcache-loads\"",
-            "\"quota_scope\": \"thread\", \"quotas\": { \"L1-dcache-loads\"",
+            "\"quota_scope\": \"process\", \"quotas\": { \"L1-dcache-loads\"",
         );
         let c = Contract::parse(&scoped).unwrap();
-        assert_eq!(c.entries[0].quota_scope, QuotaScope::Thread);
-        assert_eq!(c.entries[1].quota_scope, QuotaScope::Process);
-        assert!(c.to_json().contains("\"quota_scope\": \"thread\""));
+        assert_eq!(c.entries[0].quota_scope, QuotaScope::Process);
+        assert_eq!(c.entries[1].quota_scope, QuotaScope::Thread);
+        assert!(c.to_json().contains("\"quota_scope\": \"process\""));
         assert_eq!(c.to_json().matches("quota_scope").count(), 1);
         assert_eq!(Contract::parse(&c.to_json()).unwrap(), c);
-        let err = Contract::parse(&scoped.replace("\"thread\"", "\"cores\""))
-            .unwrap_err()
-            .to_string();
+        let err = Contract::parse(
+            &scoped.replace("\"quota_scope\": \"process\"", "\"quota_scope\": \"cores\""),
+        )
+        .unwrap_err()
+        .to_string();
         assert!(
             err.contains("unknown variant `cores`, expected `process` or `thread`"),
             "{err}"

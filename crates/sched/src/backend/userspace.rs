@@ -21,12 +21,12 @@
 //!
 //! What a quota bounds is the quota set's [`QuotaScope`]:
 //!
-//! - [`QuotaScope::Thread`]: each counter is armed with the whole budget, on
+//! - [`QuotaScope::Thread`] (the default): each counter is armed with the whole budget, on
 //!   the route above. A process is stopped as soon as one of its threads has
 //!   counted the quota, so a period's total is the quota plus whatever the
 //!   other threads counted meanwhile — exact for a process with one busy
 //!   thread, at most `threads × quota` in the worst case.
-//! - [`QuotaScope::Process`] (the default): the sum over the threads. What
+//! - [`QuotaScope::Process`]: the sum over the threads. What
 //!   is left of the period's allowance is split among the live threads'
 //!   counters by weight (see `split`, shares summing to at most what is
 //!   left). When one share runs out the agent is signalled: it rescans the
