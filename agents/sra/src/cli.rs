@@ -37,6 +37,10 @@ pub enum Command {
     /// Correlate resources with the application metric in a monitor recording
     /// (table, and an SVG per process like thesis Fig. 8.11).
     Analyse(AnalyseArgs),
+    /// Predict x under a configuration change (thesis 6.4.4): fit x to r̂ in
+    /// a production recording, take r̂'s mean in a test recording made under
+    /// the change, and print x̂ with its prediction interval.
+    Predict(PredictArgs),
     /// Print the placement and its explanations for a sensitivity model on a
     /// hardware model (this machine, or a sysfs/procfs fixture root).
     Decide(DecideArgs),
@@ -133,6 +137,56 @@ pub struct AnalyseArgs {
     /// Add the results to this sensitivity model (atomic save).
     #[arg(long)]
     pub model: Option<PathBuf>,
+}
+
+/// `predict`'s arguments.
+#[derive(Args, Debug)]
+pub struct PredictArgs {
+    /// The production recording (JSON lines): x and the resources per process.
+    pub production: PathBuf,
+    /// A recording made under the changed configuration (e.g. on a test node
+    /// under replayed production load, with the change applied): r̂'s mean there.
+    #[arg(long, value_name = "RECORDING")]
+    pub test: PathBuf,
+    /// The application metric x (an `app.*` metric in the recording).
+    #[arg(long)]
+    pub x: String,
+    /// Fit x to this resource instead of r̂ (the most correlated one).
+    #[arg(long, value_name = "METRIC")]
+    pub resource: Option<String>,
+    /// The production scope (default: the only process with x and resources).
+    #[arg(long)]
+    pub scope: Option<String>,
+    /// The scope in the test recording (default: the process with the
+    /// production process's name, else the only one with the resource).
+    #[arg(long)]
+    pub test_scope: Option<String>,
+    /// A recording where the change is real: report the actual mean x, the
+    /// prediction error and whether it lies inside the interval.
+    #[arg(long, value_name = "RECORDING")]
+    pub actual: Option<PathBuf>,
+    /// The scope in the actual recording (default: as for --test-scope, with x).
+    #[arg(long)]
+    pub actual_scope: Option<String>,
+    /// Time-base step in milliseconds.
+    #[arg(long, default_value_t = 100)]
+    pub step_ms: u64,
+    /// Butterworth order.
+    #[arg(long, default_value_t = 4)]
+    pub order: usize,
+    /// Butterworth cutoff as a fraction of Nyquist (≥ 1: no filter), for
+    /// picking r̂ and for the fit.
+    #[arg(long, default_value_t = 0.2)]
+    pub cutoff: f64,
+    /// θ: |Corr| threshold for r̂.
+    #[arg(long, default_value_t = 0.5)]
+    pub threshold: f64,
+    /// Level of the prediction interval.
+    #[arg(long, default_value_t = 0.95)]
+    pub level: f64,
+    /// Print JSON instead of text.
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// `decide`'s arguments.

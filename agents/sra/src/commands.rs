@@ -4,7 +4,9 @@
 //! [`crate::config::ConfigError`], so the process exits with status 2.
 
 use crate::agent::{Agent, AgentState};
-use crate::cli::{AnalyseArgs, ApplyArgs, DecideArgs, EnforceArgs, FindLimitArgs, LeechArgs};
+use crate::cli::{
+    AnalyseArgs, ApplyArgs, DecideArgs, EnforceArgs, FindLimitArgs, LeechArgs, PredictArgs,
+};
 use crate::config::Config;
 use crate::enforce::AgentOptions;
 use crate::service::Service;
@@ -204,6 +206,47 @@ pub fn analyse(a: AnalyseArgs) -> anyhow::Result<()> {
         let interval = rec.frames.first().map(|f| f.interval_ns).unwrap_or(1);
         hwqos_sched::evaluation::update_model(&mut model, &analyses, interval, TargetSelector::Pid);
         model.save(path)?;
+    }
+    Ok(())
+}
+
+/// `hwqos-sra predict`: x under a change, from a production recording (the
+/// fit), a test recording under the change (r′) and optionally a recording
+/// where the change is real (the check). Every failure is bad input (exit 2).
+pub fn predict(a: PredictArgs) -> anyhow::Result<()> {
+    let read =
+        |p: &Path| hwqos_core::recording::read_recording(p).map_err(|e| bad_input(e.to_string()));
+    let production = read(&a.production)?;
+    let test = read(&a.test)?;
+    let actual = a.actual.as_deref().map(read).transpose()?;
+    let options = hwqos_sched::predict::PredictOptions {
+        x_metric: a.x,
+        resource: a.resource,
+        scope: a.scope,
+        test_scope: a.test_scope,
+        actual_scope: a.actual_scope,
+        analysis: AnalysisParams {
+            step_ns: a.step_ms.max(1) * 1_000_000,
+            filter_order: a.order,
+            filter_cutoff: a.cutoff,
+            threshold: a.threshold,
+        },
+        level: a.level,
+    };
+    let p = hwqos_sched::predict::predict_recordings(
+        &production.frames,
+        &test.frames,
+        actual.as_ref().map(|r| r.frames.as_slice()),
+        &options,
+    )
+    .map_err(|e| bad_input(e.to_string()))?;
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&p)?);
+    } else {
+        print!("{}", p.text());
+    }
+    if let Some(w) = &p.extrapolation {
+        eprintln!("warning: {w}");
     }
     Ok(())
 }

@@ -33,6 +33,7 @@ fn main() -> ExitCode {
         } => commands::run(&config, check_config),
         Command::Apply(a) => commands::apply(a),
         Command::Analyse(a) => commands::analyse(a),
+        Command::Predict(a) => commands::predict(a),
         Command::Decide(a) => commands::decide(a),
         Command::FindLimit(a) => commands::find_limit(a),
         Command::Leech(a) => commands::leech(a),

@@ -48,6 +48,12 @@
 //! page-fault leeches at a duty cycle, thesis 8.4.2), which the QoS
 //! experiments also use.
 //!
+//! Prediction ([`predict`], thesis 6.4.4): the relation of *x* to r̂ fitted
+//! in a production recording (OLS with R², n, residual error), r̂'s level in
+//! a test run under a changed configuration, and the predicted *x* under the
+//! change with an autocorrelation-aware prediction interval
+//! ([`predict::predict_recordings`]; `hwqos-sra predict`).
+//!
 //! [`input`] reads files with a size bound and refuses duplicate JSON keys;
 //! every fallible call returns the one error type, [`SchedError`].
 //!
@@ -82,6 +88,7 @@ pub mod input;
 pub mod leech;
 pub mod limit;
 pub mod model;
+pub mod predict;
 pub mod proc;
 
 pub use error::SchedError;
