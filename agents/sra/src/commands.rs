@@ -242,11 +242,12 @@ pub fn predict(a: PredictArgs) -> anyhow::Result<()> {
     .map_err(|e| bad_input(e.to_string()))?;
     if a.json {
         println!("{}", serde_json::to_string_pretty(&p)?);
+        // The text report carries the warning itself; JSON readers get it on stderr too.
+        if let Some(w) = &p.extrapolation {
+            eprintln!("warning: extrapolation: {w}");
+        }
     } else {
         print!("{}", p.text());
-    }
-    if let Some(w) = &p.extrapolation {
-        eprintln!("warning: {w}");
     }
     Ok(())
 }
