@@ -32,7 +32,8 @@ import tempfile
 import time
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
-REL = os.path.join(ROOT, "target", "release")
+# HWQOS_BIN_DIR: measure binaries built elsewhere (e.g. a copy of the "before" build).
+REL = os.environ.get("HWQOS_BIN_DIR", os.path.join(ROOT, "target", "release"))
 MONITOR = os.path.join(REL, "hwqos-monitor")
 SPIN = os.path.join(REL, "hwqos-spinload")
 EVENTS = ["sw.task_clock", "sw.page_faults", "sw.context_switches", "sw.cpu_migrations"]
@@ -59,11 +60,13 @@ def node_info():
 
 
 def write_config(d, rate, targets, per_cpu=False, procfs=False, frames=30000, max_mib=256,
-                 api=True):
+                 api=True, sleep=None):
     cfg = os.path.join(d, "monitor.toml")
     sets = "[[" + ", ".join(f'"{e}"' for e in EVENTS) + "]]"
     lines = [f"rate_hz = {rate}", f"per_cpu = {str(per_cpu).lower()}",
              f"procfs = {str(procfs).lower()}", f"event_sets = {sets}", "rescan_every = 0"]
+    if sleep:
+        lines.append(f'sleep = "{sleep}"')
     for t in targets:
         lines += ["[[target]]", f'select = "{t}"']
     lines += ["[database]", f"frames = {frames}", f"max_mib = {max_mib}",
@@ -75,8 +78,13 @@ def write_config(d, rate, targets, per_cpu=False, procfs=False, frames=30000, ma
     return cfg
 
 
-def start_monitor(cfg, cpu="0"):
-    return subprocess.Popen(["taskset", "-c", cpu, MONITOR, "--config", cfg],
+# --before DIR: also run the hwqos-monitor binary in DIR (an earlier build) in the
+# same interleaving, as mode "hwqos_before".
+BEFORE = None
+
+
+def start_monitor(cfg, cpu="0", binary=None):
+    return subprocess.Popen(["taskset", "-c", cpu, binary or MONITOR, "--config", cfg],
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
 
 
@@ -137,8 +145,11 @@ def wait_for(path, timeout=20):
 
 
 # ---------------------------------------------------------------- overhead
-def spin_run(mode, rate, seconds, warmup):
-    """One workload run; mode in {baseline, hwqos, perf}. Returns iterations/s."""
+def spin_run(mode, rate, seconds, warmup, per_cpu=False):
+    """One workload run; mode in {baseline, hwqos, perf}. Returns iterations/s and
+    the tool's CPU time. With `per_cpu` the tools count every CPU (hwqos-monitor
+    `per_cpu = true` without process targets, `perf stat -a -A`) instead of the
+    workload's process."""
     d = tempfile.mkdtemp(prefix="hwqos-ovh-")
     pidfile = os.path.join(d, "pid")
     w = subprocess.Popen(["taskset", "-c", "1", SPIN, "--seconds", str(seconds),
@@ -147,13 +158,15 @@ def spin_run(mode, rate, seconds, warmup):
     wait_for(pidfile)
     pid = int(open(pidfile).read())
     mon = None
-    if mode == "hwqos":
-        cfg = write_config(d, rate, [f"pid:{pid}"], api=False)
-        mon = start_monitor(cfg)
+    if mode in ("hwqos", "hwqos_before"):
+        targets = [] if per_cpu else [f"pid:{pid}"]
+        cfg = write_config(d, rate, targets, per_cpu=per_cpu, api=False)
+        mon = start_monitor(cfg, binary=BEFORE if mode == "hwqos_before" else None)
     elif mode == "perf":
         interval_ms = max(1, round(1000 / rate))
+        what = ["-a", "-A"] if per_cpu else ["-p", str(pid)]
         mon = subprocess.Popen(["taskset", "-c", "0", "perf", "stat", "-I", str(interval_ms),
-                                "-e", PERF_EVENTS, "-p", str(pid), "-o", "/dev/null"],
+                                "-e", PERF_EVENTS] + what + ["-o", "/dev/null"],
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     out, _ = w.communicate()
     mon_cpu = None
@@ -171,29 +184,48 @@ def spin_run(mode, rate, seconds, warmup):
     return json.loads(out)["iterations_per_sec"], mon_cpu
 
 
-def overhead(rates, reps, seconds, warmup):
+def overhead(rates, reps, seconds, warmup, per_cpu=False):
     res = {}
     for rate in rates:
-        runs = {"baseline": [], "hwqos": [], "perf": []}
-        cpu = {"hwqos": [], "perf": []}
+        modes = ["baseline", "hwqos", "perf"] + (["hwqos_before"] if BEFORE else [])
+        runs = {m: [] for m in modes}
+        cpu = {m: [] for m in modes if m != "baseline"}
         for _ in range(reps):
-            for mode in ("baseline", "hwqos", "perf"):
-                ips, c = spin_run(mode, rate, seconds, warmup)
+            for mode in modes:
+                ips, c = spin_run(mode, rate, seconds, warmup, per_cpu)
                 runs[mode].append(ips)
                 if c is not None:
                     cpu[mode].append(c)
         base = statistics.median(runs["baseline"])
         row = {"rate_hz": rate, "reps": reps, "seconds": seconds,
+               "counting": "per CPU" if per_cpu else "per process",
                "baseline_ips_median": base}
-        for mode in ("hwqos", "perf"):
+        for mode in modes[1:]:
             med = statistics.median(runs[mode])
             row[f"{mode}_ips_median"] = med
             row[f"{mode}_overhead_pct"] = round((base - med) / base * 100, 3)
             row[f"{mode}_tool_cpu_s_median"] = statistics.median(cpu[mode]) if cpu[mode] else None
+        # The tools' own CPU time, paired run by run (each hwqos run with the perf
+        # run right after it): the median of the ratios, and the ratio of medians.
+        pairs = [h / p for h, p in zip(cpu["hwqos"], cpu["perf"]) if p]
+        if BEFORE:
+            bp = [h / p for h, p in zip(cpu["hwqos_before"], cpu["perf"]) if p]
+            row["tool_cpu_ratio_before_over_perf_median"] = (
+                round(statistics.median(bp), 3) if bp else None)
+        row["tool_cpu_ratio_hwqos_over_perf_median"] = (
+            round(statistics.median(pairs), 3) if pairs else None)
+        if row["hwqos_tool_cpu_s_median"] and row["perf_tool_cpu_s_median"]:
+            row["tool_cpu_ratio_of_medians"] = round(
+                row["hwqos_tool_cpu_s_median"] / row["perf_tool_cpu_s_median"], 3)
         row["runs"] = runs
+        row["tool_cpu_s"] = cpu
         res[str(rate)] = row
-        print(f"overhead @{rate} Hz: hwqos {row['hwqos_overhead_pct']:+.2f}%  "
-              f"perf {row['perf_overhead_pct']:+.2f}%", flush=True)
+        if BEFORE:
+            print(f"  before: {row['hwqos_before_overhead_pct']:+.2f}%, own CPU before/perf "
+                  f"{row['tool_cpu_ratio_before_over_perf_median']}", flush=True)
+        print(f"overhead @{rate} Hz ({row['counting']}): hwqos {row['hwqos_overhead_pct']:+.2f}%  "
+              f"perf {row['perf_overhead_pct']:+.2f}%  own CPU hwqos/perf "
+              f"{row['tool_cpu_ratio_hwqos_over_perf_median']}", flush=True)
     return res
 
 
@@ -241,11 +273,11 @@ def cyclictest_summary(proc):
             "over_200us": sum(c for us, c in hist if us > 200) + overflows}
 
 
-def jitter(seconds, rate=100):
+def jitter(seconds, rate=100, sleep=None, procfs=True):
     d = tempfile.mkdtemp(prefix="hwqos-jit-")
     # Keep every frame of the run: drift is judged over the whole run.
-    cfg = write_config(d, rate, [], per_cpu=True, procfs=True,
-                       frames=int(rate * seconds) + 1000, max_mib=4096)
+    cfg = write_config(d, rate, [], per_cpu=True, procfs=procfs,
+                       frames=int(rate * seconds) + 1000, max_mib=4096, sleep=sleep)
     mon = start_monitor(cfg)
     wait_for(os.path.join(d, "api.sock"))
     steal0 = steal_ticks()
@@ -282,6 +314,7 @@ def jitter(seconds, rate=100):
     pct = lambda p: late_sorted[min(n - 1, int(p / 100 * (n - 1) + 0.5))]
     shutil.rmtree(d, ignore_errors=True)
     out = {"rate_hz": rate, "seconds": seconds, "frames": n,
+           "sleep": sleep or "default", "procfs": procfs,
            "missed_ticks": (seqs[-1] - seqs[0] + 1) - n,
            "lateness_us": {"p50": pct(50), "p99": pct(99), "p999": pct(99.9), "max": late_sorted[-1]},
            "ticks_later_than_200us": sum(1 for x in late_us if x > 200),
@@ -349,23 +382,196 @@ def scale(nproc, seconds, fill_rate):
     return res
 
 
+
+# ---------------------------------------------------------------- hot path
+ALLOC_FUNCS = ["malloc", "calloc", "realloc", "posix_memalign", "aligned_alloc", "memalign"]
+
+
+def libc_path():
+    out = subprocess.run(["ldd", MONITOR], capture_output=True, text=True).stdout
+    for line in out.splitlines():
+        if "libc.so" in line and "=>" in line:
+            return line.split("=>")[1].split()[0]
+    return None
+
+
+def add_alloc_probes():
+    """User-space probes (uprobes, software; no PMU needed) on the C library's
+    allocation entry points, which Rust's default global allocator calls. Returns
+    the probe events that exist afterwards and the ones this call added."""
+    libc = libc_path()
+    have = subprocess.run(["perf", "list", "probe_libc:*"], capture_output=True,
+                          text=True).stdout
+    events, added = [], []
+    for fn in ALLOC_FUNCS:
+        ev = f"probe_libc:{fn}"
+        if ev not in have and libc:
+            r = subprocess.run(["perf", "probe", "-q", "-x", libc, "--add", fn],
+                               capture_output=True, text=True)
+            if r.returncode != 0:
+                continue
+            added.append(ev)
+        events.append(ev)
+    return events, added
+
+
+def tick_window(sock, seconds):
+    """Frames the monitor sampled over `seconds` (API status before and after);
+    run as the command `perf stat` counts, so the ticks lie inside its window."""
+    s0 = api_request(sock, {"op": "status"})
+    time.sleep(seconds)
+    s1 = api_request(sock, {"op": "status"})
+    print(json.dumps({"ticks": s1["frames_sampled"] - s0["frames_sampled"],
+                      "missed": s1["missed_ticks"] - s0["missed_ticks"],
+                      "scopes_in_last_frame": s1.get("scopes_in_last_frame")}))
+
+
+def perf_stat_per_thread(pid, events, sock, seconds):
+    """Counts `events` per thread of `pid` while `tick_window` runs:
+    ({comm: {event: count}}, the tick window's result)."""
+    r = subprocess.run(["perf", "stat", "-x", ",", "--per-thread", "-e", ",".join(events),
+                        "-p", str(pid), "--", sys.executable, os.path.abspath(__file__),
+                        "--tick-window", sock, str(seconds)],
+                       capture_output=True, text=True)
+    out = {}
+    for line in r.stderr.splitlines():
+        parts = line.split(",")
+        # thread,count,unit,event,...
+        if len(parts) < 4 or not parts[1].strip().isdigit():
+            continue
+        thread = parts[0].strip().rsplit("-", 1)[0]
+        out.setdefault(thread, {})
+        out[thread][parts[3]] = out[thread].get(parts[3], 0) + int(parts[1])
+    return out, json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def strace_summary(pid, seconds):
+    """`strace -c -f -p PID` for `seconds`: {syscall: calls}. (ptrace slows the
+    monitor, so its tick count is taken over the same window by the caller.)"""
+    p = subprocess.Popen(["strace", "-c", "-f", "-p", str(pid)], stdout=subprocess.DEVNULL,
+                         stderr=subprocess.PIPE, text=True)
+    time.sleep(seconds)
+    p.send_signal(signal.SIGINT)
+    _, err = p.communicate(timeout=30)
+    calls = {}
+    for line in err.splitlines():
+        parts = line.split()
+        if len(parts) >= 5 and parts[0].replace(".", "").isdigit() and parts[-1] != "total":
+            try:
+                calls[parts[-1]] = int(parts[3])
+            except ValueError:
+                pass
+    return calls
+
+
+def hotpath(rate, seconds, per_cpu):
+    """Syscalls and allocations per tick of the monitor's sampling thread, at
+    `rate`, counting the workload's process or every CPU (software events)."""
+    d = tempfile.mkdtemp(prefix="hwqos-hot-")
+    pidfile = os.path.join(d, "pid")
+    events, added = add_alloc_probes()
+    w = subprocess.Popen(["taskset", "-c", "1", SPIN, "--seconds", str(3 * seconds + 10),
+                          "--warmup", "0", "--pid-file", pidfile],
+                         stdout=subprocess.DEVNULL)
+    try:
+        wait_for(pidfile)
+        pid = int(open(pidfile).read())
+        targets = [] if per_cpu else [f"pid:{pid}"]
+        cfg = write_config(d, rate, targets, per_cpu=per_cpu, api=True)
+        mon = start_monitor(cfg)
+        sock = os.path.join(d, "api.sock")
+        wait_for(sock)
+        time.sleep(2)
+        counts, win = perf_stat_per_thread(mon.pid, ["raw_syscalls:sys_enter"] + events, sock,
+                                           seconds)
+        ticks = win["ticks"]
+        sampler = counts.get("hwqos-sampler", {})
+        allocs = sum(v for k, v in sampler.items() if k.startswith("probe_libc:"))
+        proc_sys = sum(c.get("raw_syscalls:sys_enter", 0) for c in counts.values())
+        proc_allocs = sum(v for c in counts.values() for k, v in c.items()
+                          if k.startswith("probe_libc:"))
+        st = strace_summary(mon.pid, seconds)
+        stop(mon)
+    finally:
+        w.kill()
+        w.wait()
+        for ev in added:
+            subprocess.run(["perf", "probe", "-q", "-d", ev], capture_output=True)
+        shutil.rmtree(d, ignore_errors=True)
+    sampler_sys = sampler.get("raw_syscalls:sys_enter", 0) / ticks
+    st_total = sum(st.values())
+    res = {"rate_hz": rate, "counting": "per CPU" if per_cpu else "per process",
+           "seconds": seconds, "ticks": ticks, "missed_ticks": win["missed"],
+           "scopes_in_last_frame": win["scopes_in_last_frame"],
+           "sampler_thread": {
+               "syscalls_per_tick": round(sampler.get("raw_syscalls:sys_enter", 0) / ticks, 3),
+               "allocator_calls_per_tick": round(allocs / ticks, 2),
+               "by_function_per_tick": {k.split(":")[1]: round(v / ticks, 2)
+                                        for k, v in sampler.items() if k.startswith("probe_libc:")}},
+           "whole_process": {"syscalls_per_tick": round(proc_sys / ticks, 3),
+                             "allocator_calls_per_tick": round(proc_allocs / ticks, 2)},
+           # strace names the calls; its shares are scaled to the perf count per tick
+           # (strace's own window and ptrace slow-down make its tick count unreliable)
+           "strace_syscalls_per_tick": {k: round(v / st_total * sampler_sys, 3) for k, v in
+                                        sorted(st.items(), key=lambda kv: -kv[1])} if st_total else None,
+           "strace_calls": st,
+           "method": "perf stat --per-thread -e raw_syscalls:sys_enter,probe_libc:{"
+                     + ",".join(ALLOC_FUNCS) + "} (tracepoint and uprobes: software) over "
+                     f"{seconds} s, divided by the frames sampled meanwhile (API status); "
+                     "allocator calls exclude free; then strace -c -f -p for the syscall names"}
+    print(f"hot path @{rate} Hz ({res['counting']}): "
+          f"{res['sampler_thread']['syscalls_per_tick']} syscalls/tick, "
+          f"{res['sampler_thread']['allocator_calls_per_tick']} allocations/tick "
+          f"(sampling thread); strace: {res['strace_syscalls_per_tick']}", flush=True)
+    return res
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="fewer, shorter runs")
-    ap.add_argument("--only", default="overhead,jitter,scale")
+    ap.add_argument("--no-build", action="store_true", help="measure the binaries as they are")
+    ap.add_argument("--before", metavar="DIR",
+                    help="also run DIR/hwqos-monitor (an earlier build) in the overhead runs")
+    ap.add_argument("--only", default="overhead,jitter,scale",
+                    help="any of overhead, overhead-cpu (per CPU), hotpath, jitter, jitter-1k, scale")
+    ap.add_argument("--rates", default="100,1000", help="overhead rates in Hz")
+    ap.add_argument("--reps", type=int, default=None)
     ap.add_argument("--jitter-seconds", type=float, default=None)
     ap.add_argument("-o", "--output", default=os.path.join(ROOT, "docs/experiments/results/monitor_perf.json"))
+    ap.add_argument("--tick-window", nargs=2, metavar=("SOCK", "SECONDS"), help=argparse.SUPPRESS)
     a = ap.parse_args()
+    if a.tick_window:
+        return tick_window(a.tick_window[0], float(a.tick_window[1]))
+    global BEFORE
+    BEFORE = os.path.join(a.before, "hwqos-monitor") if a.before else None
     if os.geteuid() != 0:
         sys.exit("monitor_perf.py: run as root (per-process perf events of other processes, taskset)")
-    build()
+    if not a.no_build:
+        build()
     only = set(a.only.split(","))
     result = {"command": " ".join(["python3", "docs/experiments/monitor_perf.py"] + sys.argv[1:]),
-              "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "node": node_info()}
+              "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "node": node_info(),
+              "loadavg_at_start": open("/proc/loadavg").read().split()[:3]}
+    rates = [int(r) for r in a.rates.split(",")]
+    reps = a.reps or (3 if a.quick else 7)
+    if "hotpath" in only:
+        result["hotpath"] = {"per_process": hotpath(1000, 3 if a.quick else 5, False),
+                             "per_cpu": hotpath(1000, 3 if a.quick else 5, True)}
     if "overhead" in only:
-        result["overhead"] = overhead([100, 1000], 3 if a.quick else 7, 3 if a.quick else 5, 1)
+        result["overhead"] = overhead(rates, reps, 3 if a.quick else 5, 1)
+    if "overhead-cpu" in only:
+        result["overhead_per_cpu"] = overhead(rates, reps, 3 if a.quick else 5, 1, per_cpu=True)
     if "jitter" in only:
         result["jitter"] = jitter(a.jitter_seconds or (30 if a.quick else 600))
+    if "jitter-1k" in only:
+        # The default at 1 kHz (absolute sleep) against the spinning strategy,
+        # interleaved, procfs off (as the overhead runs).
+        secs = a.jitter_seconds or 20
+        runs = []
+        for _ in range(2):
+            for sleep in (None, "slack-compensated"):
+                runs.append(jitter(secs, 1000, sleep=sleep, procfs=False))
+        result["jitter_1khz"] = runs
     if "scale" in only:
         result["scale"] = scale(100, 10 if a.quick else 60, 1000)
     os.makedirs(os.path.dirname(a.output), exist_ok=True)

@@ -77,7 +77,12 @@ impl LiveState {
 
     /// Publishes a frame: to the exposition, then to the subscribers.
     pub(crate) fn publish(&self, frame: Arc<Frame>) {
-        if frame.samples.iter().any(|s| s.metric.family() == "app") {
+        // `family() == "app"` without splitting every sample's name per tick.
+        if frame
+            .samples
+            .iter()
+            .any(|s| s.metric.as_str().starts_with("app."))
+        {
             lock(&self.app_hold).take(&frame);
         }
         {

@@ -92,9 +92,7 @@ impl Monitor {
         }
         let mut ticker =
             Ticker::new(config.period()).map_err(|e| MonitorError::Ticker(e.to_string()))?;
-        if let Some(strategy) = &config.sleep {
-            ticker.set_strategy(*strategy);
-        }
+        ticker.set_strategy(crate::sampling::sleep_strategy(&config));
         if let Some(max_block) = heartbeat.as_ref().and_then(Heartbeat::max_block) {
             if config.period() > max_block {
                 warn!(

@@ -106,6 +106,25 @@ struct Monitored {
     enabled_at: Option<u64>,
 }
 
+/// Buffers one tick reuses, so that a steady tick allocates only what the
+/// frame itself holds (and what [`derived::derive`] builds).
+#[derive(Default)]
+struct TickScratch {
+    /// The group just read.
+    reading: GroupReading,
+    /// The per-unit increments of the target being reported (the first
+    /// `n` are this tick's).
+    deltas: Vec<GroupReading>,
+    /// One event's reading per unit, for [`combine`].
+    readings: Vec<CounterReading>,
+    /// Per event set: its counts this tick by metric, for
+    /// [`derived::derive`]; the keys stay between ticks (no name is cloned
+    /// for it once a set has reported).
+    counts: Vec<HashMap<MetricName, f64>>,
+    /// Targets to drop after this tick.
+    dropped: Vec<Scope>,
+}
+
 /// Per-target counter rotation, scaling and derived metrics; see the module docs.
 pub struct Sampler {
     cfg: SamplerConfig,
@@ -121,6 +140,9 @@ pub struct Sampler {
     seq: u64,
     ticks: u64,
     prev_time: Option<Timestamp>,
+    scratch: TickScratch,
+    /// Samples and labels in the previous frame: the next one's capacity.
+    last_len: (usize, usize),
 }
 
 impl Sampler {
@@ -180,6 +202,8 @@ impl Sampler {
             seq: 0,
             ticks: 0,
             prev_time: None,
+            scratch: TickScratch::default(),
+            last_len: (0, 0),
         };
         if sampler.cfg.per_cpu {
             for cpu in sampler.cpus.clone() {
@@ -264,8 +288,8 @@ impl Sampler {
             seq: self.seq,
             time,
             interval_ns,
-            samples: Vec::new(),
-            labels: Vec::new(),
+            samples: Vec::with_capacity(self.last_len.0),
+            labels: Vec::with_capacity(self.last_len.1),
         };
         self.seq += 1;
         self.ticks += 1;
@@ -278,20 +302,33 @@ impl Sampler {
             gone = self.rescan();
         }
 
-        let scopes: Vec<Scope> = self.targets.keys().cloned().collect();
-        for scope in scopes {
-            let last_time = gone.contains(&scope);
-            self.tick_target(&scope, time, last_time, &mut frame.samples);
-            if let Some(label) = self.targets.get(&scope).and_then(|t| t.label.clone()) {
+        // The targets are taken out for the tick (no per-tick list of scopes);
+        // those to drop are dropped after it.
+        let mut targets = std::mem::take(&mut self.targets);
+        let mut dropped = std::mem::take(&mut self.scratch.dropped);
+        for (scope, target) in targets.iter_mut() {
+            let last_time = gone.contains(scope);
+            let alive = self.tick_target(scope, target, time, last_time, &mut frame.samples);
+            if !alive {
+                // Every task of the target vanished (procfs state goes too).
+                dropped.push(scope.clone());
+                continue;
+            }
+            if let Some(label) = &target.label {
                 frame.labels.push(ScopeLabel {
                     scope: scope.clone(),
-                    name: label,
+                    name: label.clone(),
                 });
             }
             if last_time {
-                self.detach(&scope);
+                dropped.push(scope.clone());
             }
         }
+        self.targets = targets;
+        for scope in dropped.drain(..) {
+            self.detach(&scope);
+        }
+        self.scratch.dropped = dropped;
 
         if let Some(procfs) = self.procfs.as_mut() {
             match procfs.sample_system(time) {
@@ -309,6 +346,7 @@ impl Sampler {
         if let Some(app) = self.app.as_mut() {
             frame.samples.extend(app.drain());
         }
+        self.last_len = (frame.samples.len(), frame.labels.len());
         frame
     }
 
@@ -453,26 +491,27 @@ impl Sampler {
     }
 
     /// Reads the active set of one target (if it is counting), reports it, and
-    /// rotates to the next set (unless the target is being dropped).
+    /// rotates to the next set (unless the target is being dropped). Returns
+    /// whether the target still has units; one without (every task vanished)
+    /// is for the caller to drop.
     fn tick_target(
         &mut self,
         scope: &Scope,
+        target: &mut Monitored,
         time: Timestamp,
         last_time: bool,
         out: &mut Vec<Sample>,
-    ) {
+    ) -> bool {
         let n_sets = self.sets.len();
-        let Some(target) = self.targets.get_mut(scope) else {
-            return;
-        };
         if n_sets == 0 {
-            return;
+            return true;
         }
         let backend = self.backend.as_mut();
+        let scratch = &mut self.scratch;
         let rotate = n_sets > 1 && !last_time;
         if let Some(enabled_at) = target.enabled_at {
             let active = target.active;
-            let mut deltas: Vec<GroupReading> = Vec::new();
+            let mut n = 0;
             let mut vanished: Vec<u32> = Vec::new();
             for (key, unit) in target.units.iter_mut() {
                 let Some(g) = unit.groups[active] else {
@@ -484,10 +523,15 @@ impl Sampler {
                         continue;
                     }
                 }
-                match backend.read(g) {
-                    Ok(now) => {
-                        deltas.push(delta(&now, &unit.last[active]));
-                        unit.last[active] = now;
+                match backend.read_into(g, &mut scratch.reading) {
+                    Ok(()) => {
+                        if scratch.deltas.len() == n {
+                            scratch.deltas.push(GroupReading::default());
+                        }
+                        let last = &mut unit.last[active];
+                        delta_into(&scratch.reading, last, &mut scratch.deltas[n]);
+                        copy_reading(&scratch.reading, last);
+                        n += 1;
                     }
                     Err(e) => note_error(scope, &e, *key, &mut vanished),
                 }
@@ -500,13 +544,20 @@ impl Sampler {
                 }
             }
             let interval = time.mono_ns.saturating_sub(enabled_at);
+            if scratch.counts.len() < n_sets {
+                scratch.counts.resize_with(n_sets, HashMap::new);
+            }
             report(
                 scope,
                 time,
                 &self.sets[active].events,
-                &deltas,
+                &scratch.deltas[..n],
                 interval,
                 &self.cfg.cpi_penalties,
+                &mut ReportScratch {
+                    readings: &mut scratch.readings,
+                    counts: &mut scratch.counts[active],
+                },
                 out,
             );
             if rotate {
@@ -514,16 +565,13 @@ impl Sampler {
             }
         }
         if target.units.is_empty() {
-            // Every task of the target vanished: drop it (procfs state too).
-            let scope = scope.clone();
-            self.detach(&scope);
-            return;
+            return false;
         }
         if last_time || (target.enabled_at.is_some() && !rotate) {
             if !last_time {
                 target.enabled_at = Some(time.mono_ns);
             }
-            return;
+            return true;
         }
         let active = target.active;
         let mut vanished = Vec::new();
@@ -542,6 +590,7 @@ impl Sampler {
             }
         }
         target.enabled_at = Some(time.mono_ns);
+        !target.units.is_empty()
     }
 }
 
@@ -572,17 +621,25 @@ fn note_error(scope: &Scope, e: &PmuError, key: u32, vanished: &mut Vec<u32>) {
     }
 }
 
-fn delta(now: &GroupReading, before: &GroupReading) -> GroupReading {
-    GroupReading {
-        time_enabled: now.time_enabled.saturating_sub(before.time_enabled),
-        time_running: now.time_running.saturating_sub(before.time_running),
-        values: now
-            .values
+/// `now − before` per value (wrapping) and per time (saturating), into `out`
+/// (its buffer reused).
+fn delta_into(now: &GroupReading, before: &GroupReading, out: &mut GroupReading) {
+    out.time_enabled = now.time_enabled.saturating_sub(before.time_enabled);
+    out.time_running = now.time_running.saturating_sub(before.time_running);
+    out.values.clear();
+    out.values.extend(
+        now.values
             .iter()
             .enumerate()
-            .map(|(i, v)| v.wrapping_sub(before.values.get(i).copied().unwrap_or(0)))
-            .collect(),
-    }
+            .map(|(i, v)| v.wrapping_sub(before.values.get(i).copied().unwrap_or(0))),
+    );
+}
+
+/// Copies `from` into `to`, reusing `to`'s buffer.
+fn copy_reading(from: &GroupReading, to: &mut GroupReading) {
+    to.time_enabled = from.time_enabled;
+    to.time_running = from.time_running;
+    to.values.clone_from(&from.values);
 }
 
 /// Opens one group per event set on `target`. `None` if the task is gone;
@@ -754,7 +811,16 @@ pub fn combine(readings: &[CounterReading]) -> Option<(CounterReading, f64)> {
     ))
 }
 
+/// The buffers [`report`] reuses from tick to tick.
+struct ReportScratch<'a> {
+    /// One event's reading per unit.
+    readings: &'a mut Vec<CounterReading>,
+    /// The set's counts by metric (keys kept between calls, values replaced).
+    counts: &'a mut HashMap<MetricName, f64>,
+}
+
 /// Turns the per-unit deltas of one set into counter samples plus derived metrics.
+#[allow(clippy::too_many_arguments)]
 fn report(
     scope: &Scope,
     time: Timestamp,
@@ -762,22 +828,27 @@ fn report(
     deltas: &[GroupReading],
     interval_ns: u64,
     penalties: &CpiPenalties,
+    scratch: &mut ReportScratch<'_>,
     out: &mut Vec<Sample>,
 ) {
     if deltas.is_empty() {
         return;
     }
-    let mut counts: HashMap<MetricName, f64> = HashMap::new();
+    let counts = &mut *scratch.counts;
+    // Mark every kept metric absent; the events that report this tick set
+    // theirs, and the absent ones are removed below.
+    for v in counts.values_mut() {
+        *v = f64::NAN;
+    }
     for (i, event) in events.iter().enumerate() {
-        let readings: Vec<CounterReading> = deltas
-            .iter()
-            .map(|d| CounterReading {
-                raw: d.values.get(i).copied().unwrap_or(0),
-                time_enabled: d.time_enabled,
-                time_running: d.time_running,
-            })
-            .collect();
-        let Some((reading, value)) = combine(&readings) else {
+        let readings = &mut *scratch.readings;
+        readings.clear();
+        readings.extend(deltas.iter().map(|d| CounterReading {
+            raw: d.values.get(i).copied().unwrap_or(0),
+            time_enabled: d.time_enabled,
+            time_running: d.time_running,
+        }));
+        let Some((reading, value)) = combine(readings) else {
             tracing::debug!(%scope, event = %event.name, "counter never ran this interval");
             continue;
         };
@@ -786,14 +857,23 @@ fn report(
         {
             sample.value = value;
             out.push(sample);
-            counts.insert(event.metric.clone(), value);
+            match counts.get_mut(&event.metric) {
+                Some(v) => *v = value,
+                None => {
+                    counts.insert(event.metric.clone(), value);
+                }
+            }
         }
+    }
+    // A scaled count is never NaN (finite raw and times), so NaN means absent.
+    if counts.values().any(|v| v.is_nan()) {
+        counts.retain(|_, v| !v.is_nan());
     }
     // A CPU-wide task-clock also runs while the CPU idles, so over a CPU it
     // measures the interval, not busy time: a CPU's utilization is /proc/stat's
     // non-idle share (`os.cpu.util`), never task-clock over the interval.
     let counts_only_busy_time = !matches!(scope, Scope::Cpu { .. } | Scope::System);
-    for (metric, value) in derived::derive(&counts, interval_ns, penalties) {
+    for (metric, value) in derived::derive(counts, interval_ns, penalties) {
         if !counts_only_busy_time && metric.as_str() == names::DERIVED_CPU_UTILIZATION {
             continue;
         }
@@ -844,6 +924,10 @@ mod tests {
                 std::slice::from_ref(&whole_interval),
                 1_000_000,
                 &CpiPenalties::default(),
+                &mut ReportScratch {
+                    readings: &mut Vec::new(),
+                    counts: &mut HashMap::new(),
+                },
                 &mut out,
             );
             assert!(out.iter().any(|s| s.metric.as_str() == "sw.task_clock"));

@@ -81,6 +81,15 @@ pub trait CounterBackend: Send {
     /// Reads the group's cumulative counts.
     fn read(&mut self, group: GroupId) -> Result<GroupReading, PmuError>;
 
+    /// Reads the group's cumulative counts into `out`, reusing its buffer: the
+    /// sampler's per-tick form of [`CounterBackend::read`] (same numbers). The
+    /// default calls `read`; a backend that can read without allocating
+    /// overrides it. On error `out` is unspecified.
+    fn read_into(&mut self, group: GroupId, out: &mut GroupReading) -> Result<(), PmuError> {
+        *out = self.read(group)?;
+        Ok(())
+    }
+
     /// Closes the group; unknown ids are ignored.
     fn close(&mut self, group: GroupId);
 

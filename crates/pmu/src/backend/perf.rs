@@ -37,6 +37,42 @@ struct OpenGroup {
     counters: Vec<Counter>,
     /// The task counted, for error messages (`None` for CPU-wide and cgroup groups).
     tid: Option<u32>,
+    /// The kernel's id of each counter, in the order of `counters`.
+    ids: Vec<u64>,
+    /// The buffer one group `read(2)` fills: `nr`, `time_enabled`,
+    /// `time_running`, then `value, id` per counter (allocated once at open).
+    buf: Vec<u64>,
+}
+
+/// `u64`s before the per-counter entries in a group read (`nr`,
+/// `time_enabled`, `time_running`).
+const READ_PREFIX: usize = 3;
+/// `u64`s per counter in a group read (`value`, `id`).
+const READ_ENTRY: usize = 2;
+
+/// Parses one group read (`nr, time_enabled, time_running, {value, id}×nr`)
+/// into `out`, one value per id of `ids` in their order (0 for an id the read
+/// lacks). `None` if `words` is shorter than its own `nr` says.
+fn parse_group_read(words: &[u64], ids: &[u64], out: &mut GroupReading) -> Option<()> {
+    let nr = usize::try_from(*words.first()?).ok()?;
+    let entries = words.get(READ_PREFIX..READ_PREFIX + nr.checked_mul(READ_ENTRY)?)?;
+    out.time_enabled = words[1];
+    out.time_running = words[2];
+    out.values.clear();
+    for (i, id) in ids.iter().enumerate() {
+        // The kernel lists the leader, then the members in the order they
+        // joined the group, which is the order of `ids`: try that slot first.
+        let at = |k: usize| entries.get(k * READ_ENTRY..k * READ_ENTRY + READ_ENTRY);
+        let value = match at(i) {
+            Some(&[value, got]) if got == *id => value,
+            _ => entries
+                .chunks_exact(READ_ENTRY)
+                .find(|e| e[1] == *id)
+                .map_or(0, |e| e[0]),
+        };
+        out.values.push(value);
+    }
+    Some(())
 }
 
 /// Counter groups on the kernel's perf_event subsystem.
@@ -210,7 +246,17 @@ impl CounterBackend for PerfBackend {
         };
         let id = self.next_id;
         self.next_id += 1;
-        self.groups.insert(id, OpenGroup { counters, tid });
+        let ids = counters.iter().map(Counter::id).collect();
+        let buf = vec![0; READ_PREFIX + READ_ENTRY * counters.len()];
+        self.groups.insert(
+            id,
+            OpenGroup {
+                counters,
+                tid,
+                ids,
+                buf,
+            },
+        );
         Ok(GroupId(id))
     }
 
@@ -247,6 +293,39 @@ impl CounterBackend for PerfBackend {
             time_running: data.time_running().map_or(0, |d| d.as_nanos() as u64),
             values,
         })
+    }
+
+    /// One `read(2)` of the leader into the group's own buffer, parsed into
+    /// `out`: no allocation once `out.values` has room for the group.
+    fn read_into(&mut self, group: GroupId, out: &mut GroupReading) -> Result<(), PmuError> {
+        use std::os::fd::AsRawFd;
+        let g = self.group(group)?;
+        let tid = g.tid;
+        let fd = g.counters[0].as_raw_fd();
+        let bytes = std::mem::size_of_val(g.buf.as_slice());
+        let n = loop {
+            // SAFETY: `buf` is a live, exclusively borrowed buffer of `bytes`
+            // bytes and `fd` is the leader's open descriptor.
+            let n = unsafe { libc::read(fd, g.buf.as_mut_ptr().cast(), bytes) };
+            if n >= 0 {
+                break n as usize;
+            }
+            let err = io::Error::last_os_error();
+            if err.kind() != io::ErrorKind::Interrupted {
+                return Err(io_error(tid, "reading counter group", err));
+            }
+        };
+        let words = &g.buf[..n / std::mem::size_of::<u64>()];
+        if n == 0 || parse_group_read(words, &g.ids, out).is_none() {
+            // As perf-event2 reports it: a task whose counters can no longer
+            // be scheduled reads empty.
+            let err = io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                format!("short group read ({n} of {bytes} bytes)"),
+            );
+            return Err(io_error(tid, "reading counter group", err));
+        }
+        Ok(())
     }
 
     fn close(&mut self, group: GroupId) {
@@ -402,6 +481,57 @@ mod tests {
         b.disable(g).unwrap();
         let r = b.read(g).unwrap();
         assert!(r.values[0] > 0 && r.values[1] >= PAGES as u64, "{r:?}");
+    }
+
+    #[test]
+    fn a_group_read_is_parsed_by_id() {
+        let mut out = GroupReading {
+            values: vec![9, 9, 9, 9, 9],
+            ..GroupReading::default()
+        };
+        // nr, enabled, running, then (value, id) in the kernel's order.
+        let words = [3, 1_000, 800, 11, 70, 22, 71, 33, 72];
+        parse_group_read(&words, &[70, 71, 72], &mut out).unwrap();
+        assert_eq!(
+            out,
+            GroupReading {
+                time_enabled: 1_000,
+                time_running: 800,
+                values: vec![11, 22, 33],
+            }
+        );
+        // Another order, and an id the read lacks.
+        parse_group_read(&words, &[72, 99, 70], &mut out).unwrap();
+        assert_eq!(out.values, vec![33, 0, 11]);
+        // Shorter than its own count says, or empty.
+        assert!(parse_group_read(&words[..8], &[70, 71, 72], &mut out).is_none());
+        assert!(parse_group_read(&[], &[70], &mut out).is_none());
+    }
+
+    /// The per-tick read gives exactly what the allocating read gives.
+    #[test]
+    fn read_into_agrees_with_read() {
+        const PAGES: usize = 500;
+        let mut b = PerfBackend::new();
+        let events = [
+            sw("task-clock", "sw.task_clock", 1),
+            sw("page-faults", "sw.page_faults", 2),
+            sw("context-switches", "sw.context_switches", 3),
+        ];
+        let g = b.open_group(&me(), &events).unwrap();
+        b.enable(g).unwrap();
+        hwqos_core::mem::touch_fresh_pages(PAGES).unwrap();
+        b.disable(g).unwrap();
+        let mut into = GroupReading::default();
+        b.read_into(g, &mut into).unwrap();
+        assert_eq!(into, b.read(g).unwrap());
+        assert!(into.values[1] >= PAGES as u64, "{into:?}");
+        assert!(into.time_enabled > 0 && into.time_running == into.time_enabled);
+        b.close(g);
+        assert!(matches!(
+            b.read_into(g, &mut into),
+            Err(PmuError::NoSuchGroup(_))
+        ));
     }
 
     #[test]
