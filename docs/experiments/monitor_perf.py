@@ -10,10 +10,19 @@ Reproduces the figures in docs/monitor.md ("Performance"):
             (lateness trend over the run), computed from the recorded frames;
   scale     100 monitored processes x 4 events at 10 Hz: CPU per tick and per
             process-sample, and RSS with a full 30,000-frame database.
+  overhead-cpu  as overhead, but both tools count every CPU (monitor
+            `per_cpu = true`, `perf stat -a -A`);
+  hotpath   system calls and allocator calls per tick of the monitor's sampling
+            thread at 1 kHz, per process and per CPU (tracepoint and uprobes,
+            counted by `perf stat --per-thread`; names from `strace -c`);
+  jitter-1k tick lateness at 1 kHz, default sleep vs slack-compensated.
 
 Run as root from the repository root:
   python3 docs/experiments/monitor_perf.py [--quick] [--only overhead,jitter,scale]
-        [--jitter-seconds 600] -o docs/experiments/results/monitor_perf.json
+        [--jitter-seconds 600] [--rates 100,1000] [--reps N] [--before DIR]
+        [--no-build] -o docs/experiments/results/monitor_perf.json
+(HWQOS_BIN_DIR=DIR measures the binaries in DIR; --before DIR adds DIR's
+hwqos-monitor as a fourth interleaved mode of the overhead runs.)
 
 Every counter used here is a kernel *software* event (task-clock, page-faults,
 context-switches, cpu-migrations); the script records which kind of counters
