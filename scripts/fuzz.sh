@@ -30,7 +30,7 @@ export RUSTC_BOOTSTRAP=1
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$root/target}/fuzz"
 status=0
 cd "$fuzz_dir"
-for target in decode_frame stream_parser codecs; do
+for target in decode_frame stream_parser codecs stream_contexts; do
     echo "fuzz.sh: $target for ${secs}s"
     mkdir -p "$work/$target"
     if ! cargo fuzz run -s none "$target" "$work/$target" "corpus/$target" -- \

@@ -334,13 +334,16 @@ impl Config {
         (!self.monitor_socket.is_empty()).then(|| PathBuf::from(&self.monitor_socket))
     }
 
-    /// The codec registry this config allows.
+    /// The codec registry this config allows: without `codecs`, the
+    /// standard per-message codecs; with it, the named codecs among those
+    /// and the stream codecs (`zstd-1-stream`, `zstd-3-stream`), which are
+    /// used only where named, and only where the peer relay names them too
+    /// (the handshake offers what the registry holds).
     pub fn registry(&self) -> Result<Registry, hwqos_compress::codec::RegistryError> {
-        let all = Registry::standard();
         if self.codecs.is_empty() {
-            Ok(all)
+            Ok(Registry::standard())
         } else {
-            all.subset(&self.codecs)
+            Registry::standard_with_streams().subset(&self.codecs)
         }
     }
 
@@ -379,6 +382,19 @@ mod tests {
         assert_eq!(
             c.stream_config().probe_pad,
             StreamConfig::default().probe_pad
+        );
+    }
+
+    #[test]
+    fn stream_codecs_only_where_named() {
+        let default = Config::default().registry().unwrap();
+        assert!(default.by_name("zstd-3-stream").is_none());
+        assert_eq!(default.names(), Registry::standard().names());
+        let text = "codecs = [\"lz4\", \"zstd-3-stream\"]\npolicy = \"one:zstd-3-stream\"";
+        let c = Config::parse(text, Path::new("x")).unwrap();
+        assert_eq!(
+            c.registry().unwrap().names(),
+            ["none", "lz4", "zstd-3-stream"]
         );
     }
 

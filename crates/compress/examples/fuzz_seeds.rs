@@ -1,5 +1,6 @@
 //! Writes the fuzzers' seed corpus: valid handshakes, data frames with every
-//! codec, probes and replies, plus the damaged frames the tests use.
+//! codec (stream frames of the stream codecs included), probes and replies,
+//! and sequences of stream payloads for the stream contexts.
 //!
 //! `cargo run -p hwqos-compress --example fuzz_seeds -- crates/compress/fuzz/corpus`
 
@@ -15,18 +16,25 @@ fn main() {
         .nth(1)
         .expect("usage: fuzz_seeds CORPUS_DIR");
     let root = Path::new(&root);
-    let reg = Arc::new(Registry::standard());
+    let reg = Arc::new(Registry::standard_with_streams());
     let msgs: Vec<Vec<u8>> = vec![
         b"INVITE sip:bob@example.invalid SIP/2.0\r\nVia: SIP/2.0/TCP 10.0.0.1\r\n\r\n".to_vec(),
         vec![0u8; 700],
         vec![0xffu8; 300],
         br#"{"cmd":"update","session":4711,"avp":[{"code":263,"v":"abc"}]}"#.to_vec(),
         Vec::new(),
+        // Again: a stream codec compresses it against the first copy.
+        b"INVITE sip:bob@example.invalid SIP/2.0\r\nVia: SIP/2.0/TCP 10.0.0.1\r\n\r\n".to_vec(),
     ];
     let mut frame_seeds: Vec<Vec<u8>> = Vec::new();
     let mut codec_seeds: Vec<Vec<u8>> = Vec::new();
+    let mut context_seeds: Vec<Vec<u8>> = Vec::new();
     for (i, id) in reg.ids().into_iter().enumerate() {
         let name = reg.name_of(id);
+        let stream_codec = reg.get(id).unwrap().is_stream();
+        // The stream-context seed: stream codec index, then per frame
+        // flags (bit 0: reset), declared length, payload length, payload.
+        let mut context_seed = vec![context_seeds.len() as u8];
         let cfg = StreamConfig {
             policy: format!("one:{name}").parse().unwrap(),
             throttle: None,
@@ -60,7 +68,16 @@ fn main() {
                 s.extend_from_slice(&(m.len() as u16).to_le_bytes());
                 s.extend_from_slice(&f.payload);
                 codec_seeds.push(s);
+                if f.header.is_stream() {
+                    context_seed.push(u8::from(f.header.is_reset()));
+                    context_seed.extend_from_slice(&(m.len() as u16).to_le_bytes());
+                    context_seed.extend_from_slice(&(f.payload.len() as u16).to_le_bytes());
+                    context_seed.extend_from_slice(&f.payload);
+                }
             }
+        }
+        if stream_codec {
+            context_seeds.push(context_seed);
         }
         frame_seeds.push(stream);
     }
@@ -108,10 +125,12 @@ fn main() {
     // The stream parser's first byte is the chunk size.
     write("stream_parser", &frame_seeds, &[7]);
     write("codecs", &codec_seeds, b"");
+    write("stream_contexts", &context_seeds, b"");
     println!(
-        "wrote {} frame seeds and {} codec seeds under {}",
+        "wrote {} frame seeds, {} codec seeds and {} stream-context seeds under {}",
         frame_seeds.len(),
         codec_seeds.len(),
+        context_seeds.len(),
         root.display()
     );
 }

@@ -19,6 +19,11 @@
 //! so those two still set up per message; their setup is part of every
 //! measured cost.
 //!
+//! Stream codecs (`zstd-1-stream`, `zstd-3-stream`; [`crate::history`];
+//! in [`Registry::standard_with_streams`], not in [`Registry::standard`])
+//! keep their context across a stream's messages: the endpoint holds one
+//! sending and one receiving context per stream and codec.
+//!
 //! Adding a codec is one [`Registry::register`] call with a new [`CodecId`].
 
 use std::cell::RefCell;
@@ -54,6 +59,10 @@ impl CodecId {
     pub const BZIP2_9: CodecId = CodecId(9);
     /// `deflate`: raw deflate.
     pub const DEFLATE: CodecId = CodecId(10);
+    /// `zstd-1-stream`: zstd at level 1 with a stream-long context (wire version 3).
+    pub const ZSTD1_STREAM: CodecId = CodecId(11);
+    /// `zstd-3-stream`: zstd at level 3 with a stream-long context (wire version 3).
+    pub const ZSTD3_STREAM: CodecId = CodecId(12);
 }
 
 impl fmt::Display for CodecId {
@@ -117,6 +126,22 @@ pub trait Codec: Send + Sync {
     /// ratio of 0. 0 (the default) means "unknown": always worth a sample.
     fn cost_hint_ns_per_byte(&self) -> f64 {
         0.0
+    }
+    /// Whether the codec keeps a context across a stream's messages
+    /// ([`crate::history`]): its data frames are then stream frames, and
+    /// [`Codec::stream_encoder`] and [`Codec::stream_decoder`] give the
+    /// per-stream contexts. [`Codec::compress`] and [`Codec::decompress`]
+    /// stay self-contained (one message, no history).
+    fn is_stream(&self) -> bool {
+        false
+    }
+    /// A new sending context for one stream (`None` unless [`Codec::is_stream`]).
+    fn stream_encoder(&self) -> Option<Box<dyn crate::history::StreamEncoder>> {
+        None
+    }
+    /// A new receiving context for one stream (`None` unless [`Codec::is_stream`]).
+    fn stream_decoder(&self) -> Option<Box<dyn crate::history::StreamDecoder>> {
+        None
     }
 }
 
@@ -648,7 +673,9 @@ impl Registry {
         Registry::default()
     }
 
-    /// Every built-in codec: none, lz4, snappy, zstd-1/3/9, lzma-0/6, bzip2-1/9, deflate.
+    /// Every built-in per-message codec: none, lz4, snappy, zstd-1/3/9,
+    /// lzma-0/6, bzip2-1/9, deflate (the stream codecs are opt-in, see
+    /// [`Registry::standard_with_streams`]).
     pub fn standard() -> Self {
         let mut r = Registry::empty();
         let all: Vec<Arc<dyn Codec>> = vec![
@@ -665,6 +692,33 @@ impl Registry {
             Arc::new(DeflateCodec),
         ];
         for c in all {
+            r.register(c)
+                .expect("built-in codecs have distinct ids and names");
+        }
+        r
+    }
+
+    /// [`Registry::standard`] plus the stream codecs `zstd-1-stream` and
+    /// `zstd-3-stream` ([`crate::history`], wire version 3). Opt-in: on the
+    /// shared 2-vCPU VM the adaptive policy with them was slower than
+    /// without (docs/compression.md, "Stream codecs in the relay"): its
+    /// cost model prices CPU time, not a saturated CPU, and a stream
+    /// codec's history costs more CPU per byte at the receiver.
+    pub fn standard_with_streams() -> Self {
+        let mut r = Registry::standard();
+        let streams: Vec<Arc<dyn Codec>> = vec![
+            Arc::new(crate::history::ZstdStreamCodec::new(
+                CodecId::ZSTD1_STREAM,
+                "zstd-1-stream",
+                1,
+            )),
+            Arc::new(crate::history::ZstdStreamCodec::new(
+                CodecId::ZSTD3_STREAM,
+                "zstd-3-stream",
+                3,
+            )),
+        ];
+        for c in streams {
             r.register(c)
                 .expect("built-in codecs have distinct ids and names");
         }

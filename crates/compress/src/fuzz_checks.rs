@@ -20,7 +20,7 @@ pub fn decode_frame(data: &[u8]) -> usize {
         throttle: None,
         ..Default::default()
     };
-    let mut ep = Endpoint::new(config, Arc::new(Registry::standard()));
+    let mut ep = Endpoint::new(config, Arc::new(Registry::standard_with_streams()));
     let Ok(frames) = parse_all(data, limits) else {
         return 0;
     };
@@ -91,7 +91,7 @@ pub fn codecs(data: &[u8]) -> bool {
     if data.len() < 3 {
         return false;
     }
-    let reg = Registry::standard();
+    let reg = Registry::standard_with_streams();
     let ids = reg.ids();
     let codec = reg.get(ids[usize::from(data[0]) % ids.len()]).unwrap();
     let declared = usize::from(u16::from_le_bytes([data[1], data[2]]));
@@ -102,4 +102,46 @@ pub fn codecs(data: &[u8]) -> bool {
     }
     assert!(out.capacity() <= declared + 1 + 64);
     ok
+}
+
+/// A stream codec chosen by `data[0]` decodes a sequence of stream payloads
+/// through one receiving context, as consecutive stream frames would: each
+/// record of `data[1..]` is a flag byte (bit 0: reset), a declared length
+/// (u16 LE), a payload length (u16 LE) and the payload. Each frame gives an
+/// error or exactly its declared length, the output never grows past the
+/// declared length (+1, +64 for the allocator), and a frame after a failed
+/// one decodes only with the reset flag. Returns how many frames decoded.
+pub fn stream_contexts(data: &[u8]) -> usize {
+    let Some((&first, mut rest)) = data.split_first() else {
+        return 0;
+    };
+    let reg = Registry::standard_with_streams();
+    let streams: Vec<_> = reg
+        .ids()
+        .into_iter()
+        .filter_map(|id| reg.get(id).filter(|c| c.is_stream()))
+        .collect();
+    let codec = streams[usize::from(first) % streams.len()];
+    let mut dec = codec
+        .stream_decoder()
+        .expect("a stream codec has a decoder");
+    let mut live = false;
+    let mut decoded = 0;
+    while rest.len() >= 5 {
+        let reset = rest[0] & 1 != 0;
+        let declared = usize::from(u16::from_le_bytes([rest[1], rest[2]]));
+        let len = usize::from(u16::from_le_bytes([rest[3], rest[4]])).min(rest.len() - 5);
+        let payload = &rest[5..5 + len];
+        rest = &rest[5 + len..];
+        let mut out = Vec::new();
+        let ok = dec.decompress(payload, reset, declared, &mut out).is_ok();
+        assert!(out.capacity() <= declared + 1 + 64);
+        if ok {
+            assert!(reset || live, "a frame decoded without a live context");
+            assert_eq!(out.len(), declared);
+            decoded += 1;
+        }
+        live = ok;
+    }
+    decoded
 }

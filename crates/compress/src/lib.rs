@@ -3,6 +3,7 @@
 //! selection policies and a PID throttle on CPU load.
 //!
 //! - [`codec`]: the [`Codec`] trait and the [`Registry`] of built-in codecs;
+//! - [`history`]: stream codecs, whose context spans the stream's messages;
 //! - [`wire`]: frame header, handshake, probes, and the bounded [`FrameDecoder`];
 //! - [`learn`]: moving averages and the transmission-time prediction (eq. 7.6);
 //! - [`policy`]: `one`, `round-robin`, `majority` and `adaptive`;
@@ -73,6 +74,7 @@ pub mod datasets;
 pub mod endpoint;
 #[doc(hidden)]
 pub mod fuzz_checks;
+pub mod history;
 pub mod learn;
 pub mod policy;
 pub mod stream;

@@ -7,6 +7,14 @@
 //! 'H''Q' version kind  codec  flags  uncompressed u32  payload u32     [crc32]    ...
 //! ```
 //!
+//! Version 3 adds *stream frames*: data frames of a stream codec
+//! ([`crate::history`]), whose payload continues the codec's context from
+//! the previous stream frame of that codec. They carry version 3 and
+//! [`FLAG_STREAM`] (plus [`FLAG_RESET`] where a new context starts); every
+//! other frame is written exactly as in version 2, so a version-2 peer,
+//! which never lists a stream codec in its hello and so never receives a
+//! stream frame, reads everything a version-3 end sends it.
+//!
 //! [`FrameDecoder`] is the incremental stream parser: it validates a header as
 //! soon as its 14 bytes are in, *before* it reserves memory for the payload,
 //! and never buffers more than one frame. Lengths are checked against
@@ -16,12 +24,22 @@ use crate::codec::CodecId;
 
 /// The two bytes every frame starts with.
 pub const MAGIC: [u8; 2] = *b"HQ";
-/// The only wire version this crate speaks.
-pub const VERSION: u8 = 2;
+/// The newest wire version this crate speaks: the version of stream frames.
+pub const VERSION: u8 = 3;
+/// The version of every frame that is not a stream frame (hello, probes,
+/// per-message data frames): unchanged from version 2, which a version-2
+/// peer reads.
+pub const BASE_VERSION: u8 = 2;
 /// Header bytes without the checksum.
 pub const HEADER_LEN: usize = 14;
 /// Header flag: a CRC-32 (IEEE) of the uncompressed message follows the header.
 pub const FLAG_CHECKSUM: u8 = 0x01;
+/// Header flag (version 3, data frames only, always set there): a stream
+/// frame, whose payload continues its codec's stream context.
+pub const FLAG_STREAM: u8 = 0x02;
+/// Header flag (version 3, with [`FLAG_STREAM`]): the sender started a new
+/// context; the receiver drops the codec's history before decoding.
+pub const FLAG_RESET: u8 = 0x04;
 /// Largest payload of a control frame (hello, probe, probe reply).
 pub const MAX_CONTROL_PAYLOAD: u32 = 64 * 1024;
 /// The default largest message (uncompressed and compressed).
@@ -75,8 +93,8 @@ pub enum WireError {
     /// The first two bytes of a header are not `HQ` (the two bytes found).
     #[error("garbage before the frame header: expected magic 'HQ' (48 51), found {0:02x} {1:02x}")]
     BadMagic(u8, u8),
-    /// The peer speaks another wire version than [`VERSION`].
-    #[error("wrong wire version {found} (this end speaks version {VERSION})")]
+    /// The peer speaks another wire version than [`BASE_VERSION`] and [`VERSION`].
+    #[error("wrong wire version {found} (this end speaks versions {BASE_VERSION} and {VERSION})")]
     WrongVersion {
         /// The version byte the peer sent.
         found: u8,
@@ -84,10 +102,14 @@ pub enum WireError {
     /// The header's kind byte is none of [`FrameKind`].
     #[error("unknown frame kind {0}")]
     UnknownKind(u8),
-    /// The header sets flag bits other than [`FLAG_CHECKSUM`].
+    /// The header sets flag bits its version does not define ([`FLAG_CHECKSUM`]
+    /// in version 2; also [`FLAG_STREAM`] and [`FLAG_RESET`] in version 3).
     #[error("unknown header flags {0:#04x}")]
     UnknownFlags(u8),
-    /// A control frame with a codec, flags, or differing lengths.
+    /// A control frame with a codec, flags, or differing lengths; a version-3
+    /// frame that is not a data frame, or lacks [`FLAG_STREAM`]; a stream
+    /// frame of a codec without stream context, or a stream codec's frame
+    /// without [`FLAG_STREAM`].
     #[error("nonzero header field `{field}` in a {kind:?} frame")]
     BadHeader {
         /// The frame's kind.
@@ -188,7 +210,9 @@ pub struct Header {
     pub kind: FrameKind,
     /// The codec the payload is compressed with ([`CodecId::NONE`] for control frames).
     pub codec: CodecId,
-    /// Flag bits; only [`FLAG_CHECKSUM`] is defined.
+    /// Flag bits: [`FLAG_CHECKSUM`], and in stream frames [`FLAG_STREAM`]
+    /// and [`FLAG_RESET`]. The version written follows from them:
+    /// [`VERSION`] with [`FLAG_STREAM`], [`BASE_VERSION`] without.
     pub flags: u8,
     /// The message's length once decompressed, in bytes.
     pub uncompressed_len: u32,
@@ -206,10 +230,29 @@ impl Header {
         }
     }
 
+    /// Whether this is a stream frame (version 3, [`FLAG_STREAM`]).
+    pub fn is_stream(&self) -> bool {
+        self.flags & FLAG_STREAM != 0
+    }
+
+    /// Whether this stream frame starts a new context ([`FLAG_RESET`]).
+    pub fn is_reset(&self) -> bool {
+        self.flags & FLAG_RESET != 0
+    }
+
+    /// The version byte this header is written with.
+    pub fn version(&self) -> u8 {
+        if self.is_stream() {
+            VERSION
+        } else {
+            BASE_VERSION
+        }
+    }
+
     /// Appends the 14 header bytes.
     pub fn write(&self, out: &mut Vec<u8>) {
         out.extend_from_slice(&MAGIC);
-        out.push(VERSION);
+        out.push(self.version());
         out.push(self.kind as u8);
         out.push(self.codec.0);
         out.push(self.flags);
@@ -222,14 +265,33 @@ impl Header {
         if b[0..2] != MAGIC {
             return Err(WireError::BadMagic(b[0], b[1]));
         }
-        if b[2] != VERSION {
-            return Err(WireError::WrongVersion { found: b[2] });
+        let version = b[2];
+        if version != BASE_VERSION && version != VERSION {
+            return Err(WireError::WrongVersion { found: version });
         }
         let kind = FrameKind::from_u8(b[3]).ok_or(WireError::UnknownKind(b[3]))?;
         let codec = CodecId(b[4]);
         let flags = b[5];
-        if flags & !FLAG_CHECKSUM != 0 {
+        let known = if version == VERSION {
+            FLAG_CHECKSUM | FLAG_STREAM | FLAG_RESET
+        } else {
+            FLAG_CHECKSUM
+        };
+        if flags & !known != 0 {
             return Err(WireError::UnknownFlags(flags));
+        }
+        if version == VERSION {
+            // Version 3 adds stream frames and nothing else.
+            let field = if kind != FrameKind::Data {
+                Some("version")
+            } else if flags & FLAG_STREAM == 0 || codec == CodecId::NONE {
+                Some("flags")
+            } else {
+                None
+            };
+            if let Some(field) = field {
+                return Err(WireError::BadHeader { kind, field });
+            }
         }
         let uncompressed_len = u32::from_le_bytes([b[6], b[7], b[8], b[9]]);
         let payload_len = u32::from_le_bytes([b[10], b[11], b[12], b[13]]);

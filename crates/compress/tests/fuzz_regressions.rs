@@ -43,3 +43,12 @@ fn codecs_corpus() {
         .count();
     assert!(ok > 0, "the seeds hold valid compressed messages");
 }
+
+#[test]
+fn stream_contexts_corpus() {
+    let decoded: usize = corpus("stream_contexts")
+        .iter()
+        .map(|data| fuzz_checks::stream_contexts(data))
+        .sum();
+    assert!(decoded > 0, "the seeds hold valid stream frames");
+}

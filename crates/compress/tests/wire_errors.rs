@@ -1,7 +1,9 @@
 //! Bad input on the wire: every kind of damage gives an error that names it,
 //! and lengths are checked against the limit before anything is allocated.
 
-use hwqos_compress::wire::{parse_all, write_control, FrameKind, Header, Hello, MAGIC, VERSION};
+use hwqos_compress::wire::{
+    parse_all, write_control, FrameKind, Header, Hello, BASE_VERSION, MAGIC,
+};
 use hwqos_compress::{CodecId, Endpoint, FrameDecoder, Limits, Registry, StreamConfig, WireError};
 use proptest::prelude::*;
 use std::sync::Arc;
@@ -96,7 +98,7 @@ fn a_checksum_catches_damage_the_codec_misses() {
 
 fn header(kind: u8, codec: u8, flags: u8, ulen: u32, plen: u32) -> Vec<u8> {
     let mut h = MAGIC.to_vec();
-    h.push(VERSION);
+    h.push(BASE_VERSION);
     h.push(kind);
     h.push(codec);
     h.push(flags);
