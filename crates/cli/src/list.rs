@@ -66,33 +66,12 @@ impl ListFilter {
             ListFilter::Hardware => !metric.starts_with("sw.") && !cache,
             ListFilter::Cache => cache,
             ListFilter::Tracepoint => false,
-            ListFilter::Pattern(p) if p.contains(['*', '?']) => glob_matches(p, &status.name),
+            ListFilter::Pattern(p) if p.contains(['*', '?']) => {
+                hwqos_core::compare::glob_match(p, &status.name)
+            }
             ListFilter::Pattern(p) => status.name.contains(p.as_str()),
         }
     }
-}
-
-/// Shell-style glob with `*` and `?` over the whole of `text`.
-fn glob_matches(pattern: &str, text: &str) -> bool {
-    let (p, t): (Vec<char>, Vec<char>) = (pattern.chars().collect(), text.chars().collect());
-    let (mut pi, mut ti) = (0, 0);
-    let mut backtrack: Option<(usize, usize)> = None;
-    while ti < t.len() {
-        if pi < p.len() && (p[pi] == '?' || p[pi] == t[ti]) {
-            pi += 1;
-            ti += 1;
-        } else if pi < p.len() && p[pi] == '*' {
-            backtrack = Some((pi, ti));
-            pi += 1;
-        } else if let Some((star, matched)) = backtrack {
-            pi = star + 1;
-            ti = matched + 1;
-            backtrack = Some((star, matched + 1));
-        } else {
-            return false;
-        }
-    }
-    p[pi..].iter().all(|&c| c == '*')
 }
 
 /// Keeps the statuses that pass any of `filters` (all of them when empty).
