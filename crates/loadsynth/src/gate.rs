@@ -230,36 +230,23 @@ pub struct Welch {
     pub level: f64,
 }
 
-/// Welch's `level` interval on `mean(b) − mean(a)`; `None` with fewer than
-/// two values in either or a level outside (0, 1).
+/// Welch's `level` interval on `mean(b) − mean(a)` (runs are independent
+/// repetitions: [`hwqos_core::stats::mean_difference`] with
+/// [`Dependence::Independent`](hwqos_core::stats::Dependence::Independent));
+/// `None` with fewer than two values in either or a level outside (0, 1).
 pub fn welch(a: &[f64], b: &[f64], level: f64) -> Option<Welch> {
-    use hwqos_core::stats::{mean, student_t_quantile, variance};
-    if a.len() < 2 || b.len() < 2 || !(level > 0.0 && level < 1.0) {
-        return None;
-    }
-    let (na, nb) = (a.len() as f64, b.len() as f64);
-    let (va, vb) = (variance(a)? / na, variance(b)? / nb);
-    let difference = mean(b)? - mean(a)?;
-    let se2 = va + vb;
-    let std_error = se2.sqrt();
-    if se2 == 0.0 {
-        return Some(Welch {
-            difference,
-            std_error,
-            dof: f64::INFINITY,
-            low: difference,
-            high: difference,
-            level,
-        });
-    }
-    let dof = se2 * se2 / (va * va / (na - 1.0) + vb * vb / (nb - 1.0));
-    let t = student_t_quantile(1.0 - (1.0 - level) / 2.0, dof)?;
+    use hwqos_core::stats::{mean_difference, Dependence};
+    let d = mean_difference(a, b, level, Dependence::Independent)?;
     Some(Welch {
-        difference,
-        std_error,
-        dof,
-        low: difference - t * std_error,
-        high: difference + t * std_error,
+        difference: d.diff,
+        std_error: d.std_error,
+        dof: if d.std_error == 0.0 {
+            f64::INFINITY
+        } else {
+            d.dof
+        },
+        low: d.low(),
+        high: d.high(),
         level,
     })
 }

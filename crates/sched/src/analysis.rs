@@ -158,7 +158,9 @@ pub fn normalize(xs: &[f64]) -> Vec<f64> {
         .collect()
 }
 
-fn filtered(xs: &[f64], p: &AnalysisParams) -> Vec<f64> {
+/// `xs` low-pass filtered as `p` says (unchanged when the cutoff is ≥ 1 or
+/// the filter cannot run).
+pub(crate) fn filtered(xs: &[f64], p: &AnalysisParams) -> Vec<f64> {
     if p.filter_cutoff >= 1.0 {
         return xs.to_vec();
     }

@@ -42,7 +42,6 @@
 
 use crate::analysis::{self, AnalysisParams, ProcessSeries};
 use crate::SchedError;
-use hwqos_core::filter::butterworth_lowpass_filtfilt;
 use hwqos_core::{stats, Frame, Series};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -138,13 +137,6 @@ pub struct Actual {
     pub inside: bool,
 }
 
-fn filtered(xs: &[f64], p: &AnalysisParams) -> Vec<f64> {
-    if p.filter_cutoff >= 1.0 {
-        return xs.to_vec();
-    }
-    butterworth_lowpass_filtfilt(xs, p.filter_order, p.filter_cutoff).unwrap_or_else(|| xs.to_vec())
-}
-
 /// Ordinary least squares `x = a + b·r` of one process's *x* against
 /// `resource` (or r̂ when `None`), on the aligned series, low-pass filtered
 /// when `params.filter_cutoff < 1`. Errors name what is wrong: an unknown
@@ -209,8 +201,8 @@ pub fn fit(
         .iter()
         .find(|r| r.resource == chosen)
         .expect("the analysis covers every resource");
-    let r = filtered(&rc.raw, params);
-    let x = filtered(&corr.x_raw, params);
+    let r = analysis::filtered(&rc.raw, params);
+    let x = analysis::filtered(&corr.x_raw, params);
     let n = r.len();
     let r_mean = stats::mean(&r).unwrap_or(0.0);
     let x_mean = stats::mean(&x).unwrap_or(0.0);
