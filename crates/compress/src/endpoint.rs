@@ -697,6 +697,7 @@ impl Endpoint {
             bulk.start_link_probe();
             self.link_probe = Some((now + LINK_PROBE_NS, bulk.measurements()));
             self.stats.link_probes += 1;
+            tracing::trace!(backlogged = bulk.backlogged, "link probe");
         }
         match self.link_probe {
             Some((until, at)) if now < until && bulk.measurements() == at => self
@@ -789,6 +790,26 @@ impl Endpoint {
         let summary = self.learner.end_round(adaptive.then_some(threshold));
         let changed = adaptive && summary.max_ratio_change > threshold;
         self.selector.start_round(&self.learner, changed);
+        if tracing::enabled!(tracing::Level::TRACE) {
+            let size = self.learner.message_size.get().unwrap_or(256.0);
+            let bulk = &self.learner.net.bulk;
+            tracing::trace!(
+                round = self.round_index,
+                chosen = %self.registry.get(self.selector.chosen()).map_or("?", |c| c.name()),
+                burst = self.selector.in_burst(),
+                backoff = self.selector.backoff(),
+                pipelined = self.learner.pipelined(),
+                backlogged = bulk.backlogged,
+                link_ns_per_byte = ?self.learner.net.link_ns_per_byte(),
+                size,
+                predictions = ?self
+                    .send_codecs
+                    .iter()
+                    .filter_map(|&c| Some((self.registry.get(c)?.name(), self.learner.predict(c, size)?)))
+                    .collect::<Vec<_>>(),
+                "round"
+            );
+        }
         let used = self.spent_ns;
         let previous = self.budget_ns.unwrap_or(0);
         self.budget_ns = self

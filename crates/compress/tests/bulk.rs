@@ -249,3 +249,121 @@ fn a_cpu_bound_pipeline_probes_the_link_every_half_second() {
     // 500 ms after the last measurement, then every 500 ms.
     assert_eq!(due, vec![50, 100], "{due:?}");
 }
+
+/// Folds one round in which each `(codec, ratio, ns per byte)` compressed
+/// and decompressed one `size`-byte message.
+fn measured(l: &mut Learner, codecs: &[(CodecId, f64, f64)], size: usize) {
+    for &(c, ratio, ns) in codecs {
+        l.observe_compression(
+            c,
+            size,
+            (size as f64 * ratio) as usize,
+            (size as f64 * ns) as u64,
+        );
+        l.observe_local_decompression(c, size, (size as f64 * ns / 4.0) as u64);
+    }
+    l.observe_message_size(size);
+    l.end_round(None);
+}
+
+#[test]
+fn before_the_link_is_measured_a_backlogged_sender_sends_the_fast_codec_with_the_best_ratio() {
+    use hwqos_compress::policy::{Selector, OPTIMISTIC_HINT_NS_PER_BYTE};
+    use hwqos_compress::PolicyKind;
+    let reg = Registry::standard();
+    // Until the link is measured the fast codecs are sampled in turn
+    // (cheapest first), never the entropy coders.
+    let mut s = Selector::new(PolicyKind::Adaptive, reg.ids(), &reg, 1);
+    let sampled: Vec<CodecId> = (0..8).map(|_| s.explore().unwrap().0).collect();
+    let fast = [
+        CodecId::LZ4,
+        CodecId::SNAPPY,
+        CodecId::ZSTD1,
+        CodecId::ZSTD3,
+    ];
+    assert_eq!(&sampled[..4], &fast, "{sampled:?}");
+    assert_eq!(&sampled[4..], &fast, "{sampled:?}");
+    for c in fast {
+        assert!(reg.get(c).unwrap().cost_hint_ns_per_byte() <= OPTIMISTIC_HINT_NS_PER_BYTE);
+    }
+    // 256 KiB of text, ratios and costs as measured on this VM; zstd-9
+    // compresses best but is not a fast codec.
+    let codecs = [
+        (CodecId::LZ4, 0.50, 3.2),
+        (CodecId::ZSTD1, 0.3181, 7.1),
+        (CodecId::ZSTD3, 0.313, 8.6),
+        (CodecId::ZSTD9, 0.29, 40.0),
+    ];
+    let mut l = Learner::new(1.0, None);
+    measured(&mut l, &codecs, 256 << 10);
+    // No reading from the transport: the cheapest codec that halves the bytes.
+    let mut s = Selector::new(PolicyKind::Adaptive, reg.ids(), &reg, 1);
+    s.start_round(&l, false);
+    assert_eq!(s.pick(), CodecId::LZ4);
+    // The sender is ahead of the link (its queue never empties), nothing
+    // acknowledged yet, so the link is not measured: the link sets the pace.
+    for i in 0..3u64 {
+        l.net.bulk.observe(TransportSample {
+            at_ns: i * 1_000_000,
+            unsent_bytes: 4 << 20,
+            acked_bytes: 0,
+            rtt_ns: None,
+            peer_limited_ns: None,
+        });
+    }
+    assert!(l.net.bulk.is_backlogged());
+    assert_eq!(l.net.link_ns_per_byte(), None);
+    s.start_round(&l, false);
+    assert_eq!(s.pick(), CodecId::ZSTD3);
+    // Once its queue runs dry (compression fell behind), the cheapest again.
+    for i in 3..40u64 {
+        l.net.bulk.observe(TransportSample {
+            at_ns: i * 1_000_000,
+            unsent_bytes: 0,
+            acked_bytes: 0,
+            rtt_ns: None,
+            peer_limited_ns: None,
+        });
+    }
+    assert!(!l.net.bulk.is_backlogged());
+    s.start_round(&l, false);
+    assert_eq!(s.pick(), CodecId::LZ4);
+}
+
+#[test]
+fn the_switch_margin_compares_the_codecs_own_costs_not_the_shared_round_trip() {
+    use hwqos_compress::policy::Selector;
+    use hwqos_compress::PolicyKind;
+    let reg = Registry::standard();
+    let size = 256 << 10;
+    // 100 Mbit/s behind a standing queue: an RTT of 50 ms, 25 ms of which
+    // every codec's prediction carries.
+    let learner = |zstd3_ratio: f64| {
+        let mut l = Learner::new(1.0, Some(80.0));
+        l.observe_rtt(50_000_000);
+        measured(&mut l, &[(CodecId::ZSTD1, 0.3181, 1.0)], size);
+        let mut s = Selector::new(
+            PolicyKind::Adaptive,
+            vec![CodecId::NONE, CodecId::ZSTD1, CodecId::ZSTD3],
+            &reg,
+            1,
+        );
+        s.start_round(&l, false);
+        assert_eq!(s.pick(), CodecId::ZSTD1, "the only measured codec");
+        measured(
+            &mut l,
+            &[
+                (CodecId::ZSTD1, 0.3181, 1.0),
+                (CodecId::ZSTD3, zstd3_ratio, 1.0),
+            ],
+            size,
+        );
+        s.start_round(&l, false);
+        s.pick()
+    };
+    // 1.7 % fewer bytes: more than the 1 % hysteresis of the codec's own
+    // cost (7 ms), far less than 1 % of the 32 ms with the round trip.
+    assert_eq!(learner(0.3126), CodecId::ZSTD3);
+    // 0.6 % fewer bytes stay within the hysteresis.
+    assert_eq!(learner(0.316), CodecId::ZSTD1);
+}
