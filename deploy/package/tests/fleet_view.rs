@@ -30,7 +30,7 @@ fn scrape_config_and_rules_pass_promtool() {
     let d = dir();
     promtool(&["check", "config", "prometheus.yml"], &d);
     let rules = promtool(&["check", "rules", "hwqos-rules.yml"], &d);
-    assert!(rules.contains("SUCCESS: 7 rules found"), "{rules}");
+    assert!(rules.contains("SUCCESS: 13 rules found"), "{rules}");
     let tests = promtool(&["test", "rules", "hwqos-rules.test.yml"], &d);
     assert!(tests.contains("SUCCESS"), "{tests}");
 }
