@@ -50,6 +50,8 @@ cargo test --workspace --locked
 ./scripts/pmu-guest --add scripts/pmu-guest-checks -- sh pmu-guest-checks --emulated
 # The agents attacked on loopback, outcomes asserted (binaries from cargo test): docs/reliability.md.
 ./scripts/reliability
+# Three netns nodes -> Prometheus -> federated Prometheus, series of every node asserted: docs/fleet.md.
+./scripts/fleet-test
 ./deploy/verify-units.sh
 ./scripts/fuzz.sh 30
 ./kernel-patch/test.sh
