@@ -53,6 +53,9 @@ pub struct AgentState {
     pub frames_from_monitor: u64,
     /// Frames from the agent's own sampler.
     pub frames_sampled: u64,
+    /// Files of the contract directory rejected since start (each version
+    /// of a bad file once).
+    pub contract_dir_rejected: u64,
     /// What each covered process got, by pid.
     pub applied: BTreeMap<u32, Applied>,
     /// The backend's quota statistics of each enforced process, by pid.
@@ -91,6 +94,9 @@ pub struct Agent {
     pub frames_from_monitor: u64,
     /// Frames counted by the agent's own sampler (`run`, no monitor).
     pub frames_sampled: u64,
+    /// Files of the contract directory rejected since start (`run` with
+    /// `contract_dir`).
+    pub contract_dir_rejected: u64,
 }
 
 impl Agent {
@@ -162,6 +168,7 @@ impl Agent {
             evaluations: 0,
             frames_from_monitor: 0,
             frames_sampled: 0,
+            contract_dir_rejected: 0,
         })
     }
 
@@ -186,6 +193,11 @@ impl Agent {
         }
         self.contract = Some(contract);
         self.reconcile(true);
+    }
+
+    /// The contract applied now (`None` before the first).
+    pub fn contract(&self) -> Option<&Contract> {
+        self.contract.as_ref()
     }
 
     /// What of `contract` cannot apply on this machine now (the entries
@@ -333,6 +345,7 @@ impl Agent {
             evaluations: self.evaluations,
             frames_from_monitor: self.frames_from_monitor,
             frames_sampled: self.frames_sampled,
+            contract_dir_rejected: self.contract_dir_rejected,
             applied: self.applied.clone(),
             quota: self
                 .applied

@@ -54,6 +54,14 @@ pub enum Command {
         #[arg(long, default_value = "/run/hwqos-sra")]
         state_dir: PathBuf,
     },
+    /// Check a contract directory as `run` with `contract_dir` reads it:
+    /// each `*.json` file (dotfiles and temporary files ignored) is `ok
+    /// vVERSION` or rejected with the reason, then the file that would be
+    /// applied. Exit 0: every file valid; 2: any invalid, or no directory.
+    ValidateDir {
+        /// The directory (e.g. /etc/hwqos/contracts.d).
+        dir: PathBuf,
+    },
     /// Internal: the crash guardian (reads the agent's pipe on stdin).
     #[command(hide = true, name = "__guardian")]
     Guardian,

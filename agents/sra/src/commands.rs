@@ -374,3 +374,51 @@ pub fn thaw(state_dir: &Path) -> anyhow::Result<()> {
     println!("thawed {p} process(es) and {c} cgroup(s)");
     Ok(())
 }
+
+/// The report of `hwqos-sra validate-dir`: one line per candidate file
+/// (`NAME: ok vVERSION` or `NAME: rejected: REASON`), then the file `run`
+/// would apply; and whether every file is valid.
+pub fn contract_dir_report(scan: &hwqos_sched::contract_dir::Scan) -> (String, bool) {
+    use std::fmt::Write as _;
+    let mut out = String::new();
+    for f in &scan.files {
+        match &f.contract {
+            Ok(c) => writeln!(out, "{}: ok v{}", f.name, c.version),
+            Err(reason) => writeln!(out, "{}: rejected: {reason}", f.name),
+        }
+        .expect("writing to a String");
+    }
+    if scan.left_out > 0 {
+        writeln!(
+            out,
+            "{} more file(s) after the first {} by name are not read",
+            scan.left_out,
+            hwqos_sched::contract_dir::MAX_FILES
+        )
+        .expect("writing to a String");
+    }
+    match scan.chosen() {
+        Some((f, c)) => writeln!(out, "would apply: {} (v{})", f.name, c.version),
+        None => writeln!(out, "would apply: nothing (no valid contract)"),
+    }
+    .expect("writing to a String");
+    (out, scan.rejected().next().is_none())
+}
+
+/// `hwqos-sra validate-dir`: checks every contract of a directory as `run`
+/// reads them; exit 2 when any is invalid.
+pub fn validate_dir(dir: &Path) -> anyhow::Result<()> {
+    let scan = hwqos_sched::contract_dir::scan(dir, Default::default())
+        .map_err(|e| bad_input(format!("contract directory: {e}")))?;
+    let (report, all_valid) = contract_dir_report(&scan);
+    print!("{report}");
+    if !all_valid {
+        return Err(bad_input(format!(
+            "{}: {} of {} contract file(s) rejected",
+            dir.display(),
+            scan.rejected().count(),
+            scan.files.len()
+        )));
+    }
+    Ok(())
+}

@@ -6,6 +6,8 @@
 //! sample_interval_ms = 100       # counter sampling inside a period
 //! model = "/var/lib/hwqos-sra/model.json"
 //! contract = "/var/lib/hwqos-sra/contract.json"
+//! # contract_dir = "/etc/hwqos/contracts.d"  # the fleet decides: apply the
+//! #                                          # best contract found there
 //! state_dir = "/run/hwqos-sra"
 //! metrics_listen = "127.0.0.1:9466"
 //! backend = "auto"               # auto | userspace | sched_sra
@@ -72,6 +74,13 @@ pub struct AgentSection {
     /// Where the last contract is saved and re-applied from at start
     /// (default `/var/lib/hwqos-sra/contract.json`).
     pub contract: PathBuf,
+    /// A directory of contracts written by the fleet's configuration tool
+    /// (unset by default). When set, the agent runs no decision of its own:
+    /// it applies the valid `*.json` contract with the highest version there
+    /// (rules in [`hwqos_sched::contract_dir`]), watched with inotify and
+    /// rescanned every evaluation period; a bad file is logged and counted,
+    /// and the last good contract stays applied.
+    pub contract_dir: Option<PathBuf>,
     /// Directory of the throttle state file that `hwqos-sra thaw` reads
     /// (default `/run/hwqos-sra`).
     pub state_dir: PathBuf,
@@ -104,6 +113,7 @@ impl Default for AgentSection {
             sample_interval_ms: 100,
             model: "/var/lib/hwqos-sra/model.json".into(),
             contract: "/var/lib/hwqos-sra/contract.json".into(),
+            contract_dir: None,
             state_dir: "/run/hwqos-sra".into(),
             metrics_listen: Some("127.0.0.1:9466".into()),
             backend: "auto".into(),
@@ -237,6 +247,25 @@ impl Config {
                 "lending = true needs agent.route = \"agent\"".into(),
             );
         }
+        if let Some(dir) = &a.contract_dir {
+            if dir.as_os_str().is_empty() {
+                return bad(
+                    "agent.contract_dir",
+                    "expected a directory (leave the key out for none)".into(),
+                );
+            }
+            // The agent saves what it applies to `contract`: inside the
+            // watched directory it would read its own copy back.
+            if a.contract.parent() == Some(dir.as_path()) {
+                return bad(
+                    "agent.contract_dir",
+                    format!(
+                        "the saved contract {} must not be inside the watched directory",
+                        a.contract.display()
+                    ),
+                );
+            }
+        }
         if self.monitor.targets.is_empty() {
             return bad("monitor.targets", "expected at least one target".into());
         }
@@ -335,11 +364,22 @@ mod tests {
                 "found -1",
             ),
             (format!("{base}bogus = 1\n"), "unknown field"),
+            (
+                format!("{base}[agent]\ncontract_dir = \"\"\n"),
+                "x.toml:5: key `agent.contract_dir`: expected a directory",
+            ),
+            (
+                format!("{base}[agent]\ncontract_dir = \"/d\"\ncontract = \"/d/c.json\"\n"),
+                "must not be inside the watched directory",
+            ),
         ];
         let c = Config::parse(&format!("{base}api_socket = \"\"\n"), p).unwrap();
         assert_eq!(c.monitor_socket(), None);
         let c = Config::parse(base, p).unwrap();
         assert_eq!(c.monitor_socket(), Some(Path::new(DEFAULT_MONITOR_SOCKET)));
+        assert_eq!(c.agent.contract_dir, None);
+        let c = Config::parse(&format!("{base}[agent]\ncontract_dir = \"/d\"\n"), p).unwrap();
+        assert_eq!(c.agent.contract_dir.as_deref(), Some(Path::new("/d")));
         for (text, want) in cases {
             let e = Config::parse(&text, p).unwrap_err().to_string();
             assert!(e.contains(want), "{e} lacks {want}");

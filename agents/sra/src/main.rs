@@ -38,6 +38,7 @@ fn main() -> ExitCode {
         Command::FindLimit(a) => commands::find_limit(a),
         Command::Leech(a) => commands::leech(a),
         Command::Thaw { state_dir } => commands::thaw(&state_dir),
+        Command::ValidateDir { dir } => commands::validate_dir(&dir),
         Command::Guardian => unreachable!("handled above"),
     };
     hwqos_agent::lifecycle::finish("hwqos-sra", result)

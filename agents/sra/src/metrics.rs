@@ -98,6 +98,11 @@ impl Collector for Exposition {
                 s.contract_version,
             ),
             (
+                "contract_dir_rejected",
+                "Files of the contract directory rejected (bad JSON, failed validation, too big, not a regular file) since start.",
+                s.contract_dir_rejected,
+            ),
+            (
                 "evaluations",
                 "Evaluation periods completed.",
                 s.evaluations,
@@ -267,8 +272,15 @@ mod tests {
                 ..Default::default()
             },
         );
+        s.contract_version = 3;
+        s.contract_dir_rejected = 2;
         let text = render(&s);
         assert!(text.ends_with("# EOF\n"));
+        assert!(text.contains("\nhwqos_sra_contract_version 3\n"), "{text}");
+        assert!(
+            text.contains("\nhwqos_sra_contract_dir_rejected 2\n"),
+            "{text}"
+        );
         assert!(text.contains(
             "hwqos_sra_info{backend=\"userspace\",throttle=\"sigstop\",route=\"direct\"} 1"
         ));

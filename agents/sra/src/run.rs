@@ -3,6 +3,14 @@
 //! period analyse → update and save the model → decide → save and apply the
 //! contract. The loop feeds systemd's watchdog on each pass and stops on
 //! SIGTERM/SIGINT.
+//!
+//! With `[agent] contract_dir` the fleet decides instead: the loop still
+//! analyses and saves the model, but runs no decision; it applies the best
+//! contract of the directory ([`hwqos_sched::contract_dir`]) whenever that
+//! changes — seen through inotify on each pass, and by a full rescan every
+//! evaluation period. Rejected files are logged with their reason and
+//! counted; when the directory holds no valid contract (empty, all bad,
+//! missing) the contract applied last stays applied.
 
 use crate::agent::{Agent, SharedState};
 use crate::config::Config;
@@ -12,6 +20,7 @@ use hwqos_core::Frame;
 use hwqos_pmu::target::{Resolver, TargetSelector};
 use hwqos_sched::analysis::AnalysisParams;
 use hwqos_sched::contract::Contract;
+use hwqos_sched::contract_dir::{ContractDir, DirWatch, Limits};
 use hwqos_sched::model::SensitivityModel;
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
@@ -52,6 +61,125 @@ fn reapply_saved(config: &Config, agent: &mut Agent) -> u64 {
     }
 }
 
+/// The watched contract directory of `run` (`[agent] contract_dir`).
+struct FleetContracts {
+    dir: ContractDir,
+    watch: Option<DirWatch>,
+    /// The last error listing the directory, logged once until it changes.
+    last_error: Option<String>,
+    /// Candidates left out beyond the bound, logged when it changes.
+    last_left_out: usize,
+}
+
+impl FleetContracts {
+    fn new(path: &std::path::Path) -> FleetContracts {
+        let mut f = FleetContracts {
+            dir: ContractDir::new(path, Limits::default()),
+            watch: None,
+            last_error: None,
+            last_left_out: 0,
+        };
+        f.ensure_watch();
+        f
+    }
+
+    /// Sets up the inotify watch if there is none (the directory may appear
+    /// after the agent started); without one the periodic rescan still works.
+    fn ensure_watch(&mut self) {
+        if self.watch.is_some() {
+            return;
+        }
+        match DirWatch::new(self.dir.path()) {
+            Ok(w) => {
+                tracing::info!(dir = %self.dir.path().display(), "watching the contract directory");
+                self.watch = Some(w);
+            }
+            Err(e) => tracing::debug!(
+                dir = %self.dir.path().display(),
+                error = %e,
+                "cannot watch the contract directory yet; rescanning every evaluation period"
+            ),
+        }
+    }
+
+    /// Whether the watch reported a change since the last call.
+    fn poll(&mut self) -> bool {
+        let Some(w) = &mut self.watch else {
+            return false;
+        };
+        match w.changed() {
+            Ok(changed) => changed,
+            Err(e) => {
+                tracing::warn!(error = %e, "contract directory watch failed; rescanning every evaluation period");
+                self.watch = None;
+                true
+            }
+        }
+    }
+
+    /// Rescans and applies the directory's best contract when it differs
+    /// from the one applied; returns whether it applied one.
+    fn sync(&mut self, config: &Config, agent: &mut Agent) -> bool {
+        let dir = self.dir.path().display().to_string();
+        let scan = match self.dir.rescan() {
+            Ok(s) => {
+                if self.last_error.take().is_some() {
+                    tracing::info!(dir, "the contract directory is readable again");
+                }
+                s
+            }
+            Err(e) => {
+                let msg = e.to_string();
+                if self.last_error.as_deref() != Some(msg.as_str()) {
+                    tracing::warn!(dir, error = %msg, "cannot list the contract directory; the current contract stays applied");
+                    self.last_error = Some(msg);
+                }
+                return false;
+            }
+        };
+        for r in &scan.new_rejections {
+            agent.contract_dir_rejected += 1;
+            tracing::warn!(
+                dir,
+                file = %r.name,
+                reason = %r.reason,
+                "contract file rejected; not applied"
+            );
+        }
+        if scan.left_out != self.last_left_out {
+            if scan.left_out > 0 {
+                tracing::warn!(
+                    dir,
+                    left_out = scan.left_out,
+                    "more contract files than the {} considered: the rest (last by name) are ignored",
+                    hwqos_sched::contract_dir::MAX_FILES
+                );
+            }
+            self.last_left_out = scan.left_out;
+        }
+        let Some((file, contract)) = scan.chosen() else {
+            return false;
+        };
+        if agent.contract() == Some(contract.as_ref()) {
+            return false;
+        }
+        tracing::info!(
+            dir,
+            file = %file.name,
+            version = contract.version,
+            previous = agent.contract().map(|c| c.version).unwrap_or(0),
+            "the contract directory's best contract changed"
+        );
+        let c = Contract::clone(contract);
+        let path = &config.agent.contract;
+        if let Err(e) = hwqos_core::fs::write_atomic(path, c.to_json().as_bytes(), 0o644) {
+            tracing::warn!(path = %path.display(), error = %e, "cannot save the contract");
+        }
+        agent.apply(c);
+        true
+    }
+}
+
 /// Runs the loop until a stop is asked for.
 pub fn run_loop(
     config: &Config,
@@ -64,7 +192,17 @@ pub fn run_loop(
     let mut frames_in = FrameSource::start(config)?;
     let topology = hwqos_topology::Topology::this_node()?;
     let mut model = SensitivityModel::load(&a.model)?;
-    let mut version = reapply_saved(config, agent);
+    let mut fleet = a.contract_dir.as_deref().map(FleetContracts::new);
+    // The directory's contract first; the saved one when it has none.
+    let from_dir = match &mut fleet {
+        Some(f) => f.sync(config, agent),
+        None => false,
+    };
+    let mut version = if from_dir {
+        agent.contract().map(|c| c.version).unwrap_or(0)
+    } else {
+        reapply_saved(config, agent)
+    };
     let params = AnalysisParams {
         step_ns: config.analysis.step_ms * 1_000_000,
         filter_order: config.analysis.filter_order,
@@ -95,6 +233,12 @@ pub fn run_loop(
             frames.push_back(frame);
         }
         heartbeat.beat();
+        if let Some(f) = &mut fleet {
+            if f.poll() {
+                f.sync(config, agent);
+                publish(agent);
+            }
+        }
         if last_maintain.elapsed() >= Duration::from_secs(1) {
             agent.maintain();
             publish(agent);
@@ -104,6 +248,11 @@ pub fn run_loop(
             continue;
         }
         last_eval = Instant::now();
+        if let Some(f) = &mut fleet {
+            // The fallback for a lost watch or an overflowed queue.
+            f.ensure_watch();
+            f.sync(config, agent);
+        }
         let list: Vec<Frame> = frames.drain(..).collect();
         let keys = Resolver::for_this_node();
         let updated = hwqos_sched::evaluation::evaluate(
@@ -124,6 +273,11 @@ pub fn run_loop(
         }
         if let Err(e) = model.save(&a.model) {
             tracing::warn!(error = %e, "cannot save the sensitivity model");
+        }
+        if fleet.is_some() {
+            // The fleet decides: no decision here.
+            publish(agent);
+            continue;
         }
         match hwqos_sched::decision::decide(&topology, &model) {
             Ok(d) => {

@@ -29,6 +29,9 @@
 //!    [`contract::Contract::parse`] and resolved against this machine
 //!    ([`contract::ResolvedEntry`] or [`contract::Skipped`] with a reason),
 //!    never touching the agent itself ([`contract::Guard`]).
+//!    Contracts may also come from a directory the fleet's configuration
+//!    tool writes ([`contract_dir`]: the valid file with the highest
+//!    version, bad files rejected with a reason, an inotify watch).
 //! 6. **Enforcement**: [`proc::pin_process`] pins every thread and verifies
 //!    it; the [`backend::QuotaBackend`] seam throttles a process once it has
 //!    used its per-period [`backend::QuotaSet`] — the userspace backend (perf
@@ -78,6 +81,7 @@
 pub mod analysis;
 pub mod backend;
 pub mod contract;
+pub mod contract_dir;
 pub mod counter;
 pub mod deadman;
 pub mod decision;
