@@ -367,3 +367,66 @@ fn the_switch_margin_compares_the_codecs_own_costs_not_the_shared_round_trip() {
     // 0.6 % fewer bytes stay within the hysteresis.
     assert_eq!(learner(0.316), CodecId::ZSTD1);
 }
+
+/// Sends `n` copies of `msg` from `a` to `b`; with `backlogged`, each first
+/// feeds `a` a reading of a sender 4 MiB ahead of a 100 Mbit/s link.
+fn send_all(a: &mut Endpoint, b: &mut Endpoint, msg: &[u8], n: usize, backlogged: bool) {
+    let mut at_ns = 0u64;
+    for _ in 0..n {
+        at_ns += msg.len() as u64 * 80;
+        a.observe_transport(TransportSample {
+            at_ns,
+            unsent_bytes: if backlogged { 4 << 20 } else { 0 },
+            acked_bytes: at_ns / 80,
+            rtt_ns: Some(1_000_000),
+            peer_limited_ns: None,
+        });
+        let mut out = Vec::new();
+        a.encode(msg, &mut out).unwrap();
+        deliver(a, b, &out);
+    }
+}
+
+#[test]
+fn a_sender_ahead_of_a_measured_link_samples_whole_messages() {
+    // 256 KiB whose first 64 KiB are incompressible and the rest zeros: a
+    // sample of the first 64 KiB says ratio ~1, the whole message ~0.25.
+    let mut x = 0x9E37_79B9_7F4A_7C15u64;
+    let mut msg: Vec<u8> = (0..64 * 1024)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (x >> 24) as u8
+        })
+        .collect();
+    msg.resize(256 * 1024, 0);
+    let sampled_ratios = |backlogged: bool| {
+        let cfg = StreamConfig {
+            throttle: None,
+            sampling: Sampling::Inline,
+            ..Default::default()
+        };
+        let reg = Arc::new(Registry::standard());
+        let mut a = Endpoint::new(cfg.clone(), reg.clone());
+        let mut b = Endpoint::new(cfg, reg);
+        a.handshake_in_memory(&mut b).unwrap();
+        send_all(&mut a, &mut b, &msg, 60, backlogged);
+        let chosen = a.selector().chosen();
+        let l = a.learner();
+        [CodecId::LZ4, CodecId::ZSTD1, CodecId::ZSTD3]
+            .into_iter()
+            .filter(|&c| c != chosen)
+            .filter_map(|c| Some((c, l.codecs.get(&c)?.ratio.get()?)))
+            .collect::<Vec<_>>()
+    };
+    // Once the link is measured, candidates are sampled whole (those
+    // sampled only before, on 64 KiB, may keep a prefix's ratio).
+    let whole = sampled_ratios(true);
+    assert!(whole.iter().any(|&(_, r)| r < 0.5), "{whole:?}");
+    // Without a backlog a sample costs the stream time: only the first
+    // 64 KiB, every time.
+    let prefix = sampled_ratios(false);
+    assert!(!prefix.is_empty());
+    assert!(prefix.iter().all(|&(_, r)| r > 0.9), "{prefix:?}");
+}
