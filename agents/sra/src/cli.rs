@@ -35,7 +35,8 @@ pub enum Command {
     /// Apply a contract (affinity + quotas) and enforce it until SIGTERM.
     Apply(ApplyArgs),
     /// Correlate resources with the application metric in a monitor recording
-    /// (table, and an SVG per process like thesis Fig. 8.11).
+    /// (table, and an SVG per process like thesis Fig. 8.11), or over a fleet
+    /// from Prometheus (`--prometheus`: pooled per process name, per-node check).
     Analyse(AnalyseArgs),
     /// Predict x under a configuration change (thesis 6.4.4): fit x to r̂ in
     /// a production recording, take r̂'s mean in a test recording made under
@@ -119,12 +120,42 @@ pub struct ApplyArgs {
 /// `analyse`'s arguments.
 #[derive(Args, Debug)]
 pub struct AnalyseArgs {
-    /// A monitor recording (JSON lines).
-    pub recording: PathBuf,
-    /// The application metric x (an `app.*` metric in the recording).
+    /// A monitor recording (JSON lines); or use --prometheus.
+    #[arg(required_unless_present = "prometheus")]
+    pub recording: Option<PathBuf>,
+    /// Read the fleet's series from this Prometheus instead of a recording:
+    /// http://HOST:PORT[/prefix] (plain HTTP only, no TLS).
+    #[arg(long, value_name = "URL", conflicts_with = "recording")]
+    pub prometheus: Option<String>,
+    /// With --prometheus: label matchers every series must match, in braces
+    /// (default `{}`: all).
+    #[arg(long)]
+    pub selector: Option<String>,
+    /// With --prometheus: start of the range (RFC 3339, unix seconds, now-DURATION).
+    #[arg(long)]
+    pub start: Option<String>,
+    /// With --prometheus: end of the range (RFC 3339, unix seconds, now,
+    /// now-DURATION; default now).
+    #[arg(long)]
+    pub end: Option<String>,
+    /// With --prometheus: the query step, also the analysis time base (5s,
+    /// 1m, …; default 15s).
+    #[arg(long)]
+    pub step: Option<String>,
+    /// With --prometheus: the labels a process series is grouped by
+    /// (comma-separated; must include comm; a missing node label is the
+    /// instance; default node,comm).
+    #[arg(long)]
+    pub group_by: Option<String>,
+    /// With --prometheus: a node is flagged an outlier when its Corr(r̂, x)
+    /// is more than this from the median over the nodes (default 0.3).
+    #[arg(long)]
+    pub outlier_tolerance: Option<f64>,
+    /// The application metric x: an `app.*` metric (with --prometheus also
+    /// its exposed name, e.g. hwqos_app_rate).
     #[arg(long)]
     pub x: String,
-    /// Time-base step in milliseconds.
+    /// Time-base step in milliseconds (recordings; --prometheus uses --step).
     #[arg(long, default_value_t = 100)]
     pub step_ms: u64,
     /// Butterworth order.
@@ -305,5 +336,23 @@ mod tests {
         };
         assert_eq!(a.x_command, "cat /tmp/x | head -1");
         assert_eq!(a.leech, "cpu");
+    }
+
+    #[test]
+    fn analyse_takes_a_recording_or_prometheus_not_both() {
+        let parse = |args: &[&str]| {
+            let mut v = vec!["hwqos-sra", "analyse", "--x", "app.rate"];
+            v.extend_from_slice(args);
+            Cli::try_parse_from(v)
+        };
+        assert!(parse(&["rec.jsonl"]).is_ok());
+        let cli = parse(&["--prometheus", "http://127.0.0.1:9090", "--start", "now-1h"]).unwrap();
+        let Command::Analyse(a) = cli.command else {
+            panic!("not analyse")
+        };
+        assert_eq!(a.recording, None);
+        assert_eq!(a.start.as_deref(), Some("now-1h"));
+        assert!(parse(&[]).is_err());
+        assert!(parse(&["rec.jsonl", "--prometheus", "http://127.0.0.1:9090"]).is_err());
     }
 }

@@ -163,8 +163,28 @@ pub fn run(path: &Path, check_only: bool) -> anyhow::Result<()> {
 /// `hwqos-sra analyse`: correlation tables (and SVGs) of a recording, and
 /// the model updated with `--model` (quotas kept).
 pub fn analyse(a: AnalyseArgs) -> anyhow::Result<()> {
-    let rec = hwqos_core::recording::read_recording(&a.recording)
-        .map_err(|e| bad_input(e.to_string()))?;
+    if let Some(url) = &a.prometheus {
+        return analyse_prometheus(url, &a);
+    }
+    let prometheus_only = [
+        ("--selector", a.selector.is_some()),
+        ("--start", a.start.is_some()),
+        ("--end", a.end.is_some()),
+        ("--step", a.step.is_some()),
+        ("--group-by", a.group_by.is_some()),
+        ("--outlier-tolerance", a.outlier_tolerance.is_some()),
+    ];
+    if let Some((flag, _)) = prometheus_only.iter().find(|(_, given)| *given) {
+        return Err(bad_input(format!(
+            "{flag} only applies with --prometheus (not to a recording)"
+        )));
+    }
+    let recording = a
+        .recording
+        .as_deref()
+        .ok_or_else(|| bad_input("a recording or --prometheus URL is required"))?;
+    let rec =
+        hwqos_core::recording::read_recording(recording).map_err(|e| bad_input(e.to_string()))?;
     let params = AnalysisParams {
         step_ns: a.step_ms.max(1) * 1_000_000,
         filter_order: a.order,
@@ -175,7 +195,7 @@ pub fn analyse(a: AnalyseArgs) -> anyhow::Result<()> {
     if analyses.is_empty() {
         return Err(bad_input(format!(
             "{}: no process scope has both resource samples and `{}`",
-            a.recording.display(),
+            recording.display(),
             a.x
         )));
     }
@@ -205,6 +225,105 @@ pub fn analyse(a: AnalyseArgs) -> anyhow::Result<()> {
         let mut model = SensitivityModel::load(path)?;
         let interval = rec.frames.first().map(|f| f.interval_ns).unwrap_or(1);
         hwqos_sched::evaluation::update_model(&mut model, &analyses, interval, TargetSelector::Pid);
+        model.save(path)?;
+    }
+    Ok(())
+}
+
+/// `hwqos-sra analyse --prometheus`: the fleet's Decision Engine. Two range
+/// queries (every process-scope `hwqos_` series and every series of x,
+/// within `--selector`), grouped per process name and node, analysed per
+/// node and pooled over the nodes per process name
+/// ([`hwqos_sched::prometheus::analyse_fleet`]); `--model` records each
+/// pooled analysis under `name:COMM`. Flags that cannot mean anything are
+/// bad input (exit 2); an unreachable or failing Prometheus is a runtime
+/// error (exit 1).
+fn analyse_prometheus(url: &str, a: &AnalyseArgs) -> anyhow::Result<()> {
+    use hwqos_sched::prometheus as prom;
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs_f64())
+        .unwrap_or(0.0);
+    let input = |e: hwqos_sched::SchedError| bad_input(e.to_string());
+    prom::BaseUrl::parse(url).map_err(input)?;
+    let start = a.start.as_deref().ok_or_else(|| {
+        bad_input("--prometheus needs --start (RFC 3339, unix seconds or now-DURATION)")
+    })?;
+    let start = prom::parse_time(start, now).map_err(input)?;
+    let end = prom::parse_time(a.end.as_deref().unwrap_or("now"), now).map_err(input)?;
+    if start >= end {
+        return Err(bad_input(format!(
+            "--start ({start}) must be before --end ({end})"
+        )));
+    }
+    let step = prom::parse_duration(a.step.as_deref().unwrap_or("15s")).map_err(input)?;
+    let group_by_text = a.group_by.as_deref().unwrap_or("node,comm");
+    let tolerance = a
+        .outlier_tolerance
+        .unwrap_or(prom::DEFAULT_OUTLIER_TOLERANCE);
+    let group_by: Vec<String> = group_by_text
+        .split(',')
+        .map(|l| l.trim().to_string())
+        .filter(|l| !l.is_empty())
+        .collect();
+    if !group_by.iter().any(|l| l == prom::PROCESS_LABEL) {
+        return Err(bad_input(format!(
+            "--group-by `{}` must include `{}`",
+            group_by_text,
+            prom::PROCESS_LABEL
+        )));
+    }
+    if !(tolerance.is_finite() && tolerance >= 0.0) {
+        return Err(bad_input(format!(
+            "--outlier-tolerance {tolerance} is not a number ≥ 0"
+        )));
+    }
+    let (resource_q, x_q, x_exposed) =
+        prom::fleet_queries(a.selector.as_deref().unwrap_or("{}"), &a.x).map_err(input)?;
+    let resources = prom::query_range(url, &resource_q, start, end, step)
+        .with_context(|| format!("querying {url} for {resource_q}"))?;
+    let xs = prom::query_range(url, &x_q, start, end, step)
+        .with_context(|| format!("querying {url} for {x_q}"))?;
+    let groups = prom::group(&resources, &xs, &group_by).map_err(input)?;
+    if groups.is_empty() {
+        return Err(bad_input(format!(
+            "{url}: no process (grouped by {}) has both process-scope hwqos_ series and `{x_exposed}` between {start} and {end} ({} resource series, {} x series found)",
+            group_by.join(","),
+            resources.len(),
+            xs.len()
+        )));
+    }
+    let params = AnalysisParams {
+        step_ns: (step * 1e9).round().max(1.0) as u64,
+        filter_order: a.order,
+        filter_cutoff: a.cutoff,
+        threshold: a.threshold,
+    };
+    let fleet = prom::analyse_fleet(&groups, &params, tolerance).map_err(input)?;
+    if let Some(dir) = &a.svg_dir {
+        std::fs::create_dir_all(dir)?;
+        for f in fleet.iter().filter(|f| !f.pooled.resources.is_empty()) {
+            let path = dir.join(format!("{}.svg", f.process.replace(['/', ':'], "_")));
+            hwqos_sched::analysis::render_svg(&f.pooled, &path)?;
+            eprintln!("wrote {}", path.display());
+        }
+    }
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&fleet)?);
+    } else {
+        for f in &fleet {
+            println!("{}", f.table());
+        }
+    }
+    if let Some(path) = &a.model {
+        let mut model = SensitivityModel::load(path)?;
+        for f in fleet.iter().filter(|f| !f.pooled.resources.is_empty()) {
+            model.record_analysis(
+                &TargetSelector::Name(f.process.clone()),
+                &f.pooled,
+                f.cpu_demand,
+            );
+        }
         model.save(path)?;
     }
     Ok(())

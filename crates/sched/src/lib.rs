@@ -57,6 +57,12 @@
 //! change with an autocorrelation-aware prediction interval
 //! ([`predict::predict_recordings`]; `hwqos-sra predict`).
 //!
+//! The fleet's Decision Engine ([`prometheus`]): the same analysis over
+//! the series every node's monitor exposes, read back from Prometheus's
+//! HTTP API (a bounded HTTP/1.1 client, no TLS), grouped per process name
+//! and node, pooled over the nodes, with the nodes whose correlation
+//! departs from the fleet flagged (`hwqos-sra analyse --prometheus`).
+//!
 //! [`input`] reads files with a size bound and refuses duplicate JSON keys;
 //! every fallible call returns the one error type, [`SchedError`].
 //!
@@ -94,5 +100,6 @@ pub mod limit;
 pub mod model;
 pub mod predict;
 pub mod proc;
+pub mod prometheus;
 
 pub use error::SchedError;
