@@ -1136,25 +1136,7 @@ impl Endpoint {
         // costs per byte and the ratio of a 64 KiB piece stand for the
         // whole, and a slow codec's first sample of a 256 KiB relay
         // read (lzma, bzip2: 100 ms or more) no longer stalls the stream.
-        //
-        // Except where the whole message costs nothing: a sender ahead of a
-        // measured link whose queue outlasts the sample four times samples
-        // the whole message. The chosen codec's ratio comes from whole
-        // messages, and a 64 KiB piece compresses worse than 256 KiB
-        // (zstd-3 on text: 0.320 against 0.313), which made every
-        // candidate look worse than the incumbent, whichever it was (zstd-1
-        // at 0.318 kept a bulk stream from ever switching to zstd-3).
-        let whole_is_free = {
-            let bulk = &self.learner.net.bulk;
-            bulk.is_backlogged()
-                && self.learner.net.link_ns_per_byte().is_some()
-                && cost_per_byte * msg.len() as f64 <= 0.25 * bulk.queued_ns()
-        };
-        let sample = if whole_is_free {
-            msg
-        } else {
-            &msg[..msg.len().min(MAX_SAMPLE_BYTES)]
-        };
+        let sample = &msg[..msg.len().min(MAX_SAMPLE_BYTES)];
         let expected = cost_per_byte * sample.len() as f64;
         // A sender ahead of the link waits for it anyway: a sample
         // shorter than the time the queued bytes keep the link busy
