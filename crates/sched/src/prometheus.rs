@@ -539,75 +539,16 @@ pub fn parse_time(s: &str, now_s: f64) -> Result<f64, SchedError> {
             Err(bad("unix seconds must be finite and not negative"))
         };
     }
-    let b = s.as_bytes();
-    let num = |r: std::ops::Range<usize>| -> Option<i64> {
-        let t = s.get(r)?;
-        t.bytes()
-            .all(|c| c.is_ascii_digit())
-            .then(|| t.parse().ok())?
-    };
-    let expect = "expected RFC 3339 (2026-11-28T03:00:00Z), unix seconds, now or now-DURATION";
-    if b.len() < 20
-        || b[4] != b'-'
-        || b[7] != b'-'
-        || !matches!(b[10], b'T' | b't' | b' ')
-        || b[13] != b':'
-        || b[16] != b':'
-    {
-        return Err(bad(expect));
-    }
-    let (y, mo, d, h, mi, se) = match (
-        num(0..4),
-        num(5..7),
-        num(8..10),
-        num(11..13),
-        num(14..16),
-        num(17..19),
-    ) {
-        (Some(y), Some(mo), Some(d), Some(h), Some(mi), Some(se)) => (y, mo, d, h, mi, se),
-        _ => return Err(bad(expect)),
-    };
-    if !(1..=12).contains(&mo) || !(1..=31).contains(&d) || h > 23 || mi > 59 || se > 60 {
-        return Err(bad("a field is out of range"));
-    }
-    let mut rest = &s[19..];
-    let mut frac = 0.0;
-    if let Some(r) = rest.strip_prefix('.') {
-        let n = r.bytes().take_while(u8::is_ascii_digit).count();
-        if n == 0 {
-            return Err(bad(expect));
-        }
-        frac = format!("0.{}", &r[..n]).parse().unwrap_or(0.0);
-        rest = &r[n..];
-    }
-    let offset = match rest {
-        "Z" | "z" => 0,
-        o if o.len() == 6
-            && (o.starts_with('+') || o.starts_with('-'))
-            && o.get(3..4) == Some(":") =>
-        {
-            let (Some(oh), Some(om)) = (num(s.len() - 5..s.len() - 3), num(s.len() - 2..s.len()))
-            else {
-                return Err(bad("bad UTC offset"));
-            };
-            let sign = if o.starts_with('-') { -1 } else { 1 };
-            sign * (oh * 3600 + om * 60)
-        }
-        _ => return Err(bad("missing or bad UTC offset (Z or ±HH:MM)")),
-    };
-    // Days from the civil date (Howard Hinnant's algorithm).
-    let yy = if mo <= 2 { y - 1 } else { y };
-    let era = yy.div_euclid(400);
-    let yoe = yy - era * 400;
-    let mp = (mo + 9) % 12;
-    let doy = (153 * mp + 2) / 5 + d - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    let days = era * 146_097 + doe - 719_468;
-    let t = days * 86_400 + h * 3600 + mi * 60 + se - offset;
-    if t < 0 {
+    let t: jiff::Timestamp = s.parse().map_err(|e: jiff::Error| {
+        bad(&format!(
+            "expected RFC 3339 (2026-11-28T03:00:00Z), unix seconds, now or now-DURATION ({e})"
+        ))
+    })?;
+    let secs = t.as_second() as f64 + f64::from(t.subsec_nanosecond()) / 1e9;
+    if secs < 0.0 {
         return Err(bad("before 1970"));
     }
-    Ok(t as f64 + frac)
+    Ok(secs)
 }
 
 /// A duration in seconds: a number with an optional unit `ms`, `s`, `m`,
