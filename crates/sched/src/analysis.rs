@@ -212,17 +212,7 @@ pub fn analyse(
             }
         })
         .collect();
-    resources.sort_by(|a, b| {
-        b.correlation
-            .abs()
-            .total_cmp(&a.correlation.abs())
-            .then_with(|| a.resource.cmp(&b.resource))
-    });
-    let selected = resources
-        .iter()
-        .filter(|r| r.correlation.abs() >= params.threshold)
-        .map(|r| r.resource.clone())
-        .collect();
+    let selected = rank_and_select(&mut resources, params.threshold);
     Ok(ProcessCorrelation {
         process: p.process.clone(),
         samples: x_raw.len(),
@@ -231,6 +221,23 @@ pub fn analyse(
         x_raw,
         x_filtered,
     })
+}
+
+/// Sorts `resources` by |correlation| (highest first, ties by name) and
+/// returns the names of those at or above `threshold` (θ): r̂ and the other
+/// selected resources.
+pub fn rank_and_select(resources: &mut [ResourceCorrelation], threshold: f64) -> Vec<String> {
+    resources.sort_by(|a, b| {
+        b.correlation
+            .abs()
+            .total_cmp(&a.correlation.abs())
+            .then_with(|| a.resource.cmp(&b.resource))
+    });
+    resources
+        .iter()
+        .filter(|r| r.correlation.abs() >= threshold)
+        .map(|r| r.resource.clone())
+        .collect()
 }
 
 /// Splits a monitor recording into per-process series: every metric of a

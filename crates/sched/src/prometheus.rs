@@ -1041,17 +1041,7 @@ fn pool(
             }
         })
         .collect();
-    resources.sort_by(|a, b| {
-        b.correlation
-            .abs()
-            .total_cmp(&a.correlation.abs())
-            .then_with(|| a.resource.cmp(&b.resource))
-    });
-    let selected = resources
-        .iter()
-        .filter(|r| r.correlation.abs() >= threshold)
-        .map(|r| r.resource.clone())
-        .collect();
+    let selected = analysis::rank_and_select(&mut resources, threshold);
     ProcessCorrelation {
         process: process.to_string(),
         samples: analysed.iter().map(|(_, a)| a.samples).sum(),
