@@ -2,7 +2,7 @@
 //! codec (stream frames of the stream codecs included), probes and replies,
 //! and sequences of stream payloads for the stream contexts.
 //!
-//! `cargo run -p hwqos-compress --example fuzz_seeds -- crates/compress/fuzz/corpus`
+//! `cargo run -p hwqos-compress --features full --example fuzz_seeds -- crates/compress/fuzz/corpus`
 
 use hwqos_compress::wire::{
     parse_all, write_control, DecompressReport, FrameKind, LinkProbe, LinkProbeReply,

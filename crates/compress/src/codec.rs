@@ -26,9 +26,11 @@
 //!
 //! Adding a codec is one [`Registry::register`] call with a new [`CodecId`].
 
+#[cfg(any(feature = "zstd", feature = "deflate"))]
 use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::fmt;
+#[cfg(any(feature = "lzma", feature = "bzip2"))]
 use std::io::Write;
 use std::sync::Arc;
 
@@ -145,6 +147,14 @@ pub trait Codec: Send + Sync {
     }
 }
 
+#[cfg(any(
+    feature = "lz4",
+    feature = "snappy",
+    feature = "zstd",
+    feature = "lzma",
+    feature = "bzip2",
+    feature = "deflate"
+))]
 fn corrupted(codec: &'static str, detail: impl fmt::Display) -> CodecError {
     CodecError::Corrupted {
         codec,
@@ -152,6 +162,14 @@ fn corrupted(codec: &'static str, detail: impl fmt::Display) -> CodecError {
     }
 }
 
+#[cfg(any(
+    feature = "lz4",
+    feature = "snappy",
+    feature = "zstd",
+    feature = "lzma",
+    feature = "bzip2",
+    feature = "deflate"
+))]
 fn compress_failed(codec: &'static str, detail: impl fmt::Display) -> CodecError {
     CodecError::Compress {
         codec,
@@ -184,6 +202,7 @@ fn check_len(codec: &'static str, expected: usize, actual: usize) -> Result<(), 
 /// consumes from `input[consumed..]`, appends to `out`, and reports
 /// `(bytes consumed, finished)`. The output capacity is `expected + 1` so a
 /// stream that runs past the declared length is caught without growing.
+#[cfg(any(feature = "lzma", feature = "bzip2", feature = "deflate"))]
 fn drive_streaming(
     codec: &'static str,
     input: &[u8],
@@ -261,8 +280,10 @@ impl Codec for NoneCodec {
 }
 
 /// LZ4 block format (`lz4_flex`, safe decoder).
+#[cfg(feature = "lz4")]
 pub struct Lz4Codec;
 
+#[cfg(feature = "lz4")]
 impl Codec for Lz4Codec {
     fn id(&self) -> CodecId {
         CodecId::LZ4
@@ -299,8 +320,10 @@ impl Codec for Lz4Codec {
 }
 
 /// Snappy raw format (`snap`).
+#[cfg(feature = "snappy")]
 pub struct SnappyCodec;
 
+#[cfg(feature = "snappy")]
 impl Codec for SnappyCodec {
     fn id(&self) -> CodecId {
         CodecId::SNAPPY
@@ -338,12 +361,14 @@ impl Codec for SnappyCodec {
 }
 
 /// zstd at a fixed level, single-shot frames.
+#[cfg(feature = "zstd")]
 pub struct ZstdCodec {
     id: CodecId,
     name: &'static str,
     level: i32,
 }
 
+#[cfg(feature = "zstd")]
 impl ZstdCodec {
     /// zstd at compression `level`, registered as `id` and `name`.
     pub fn new(id: CodecId, name: &'static str, level: i32) -> Self {
@@ -351,6 +376,7 @@ impl ZstdCodec {
     }
 }
 
+#[cfg(feature = "zstd")]
 thread_local! {
     /// This thread's zstd compression contexts, one per level in use.
     static ZSTD_CCTX: RefCell<Vec<(i32, zstd::bulk::Compressor<'static>)>> =
@@ -360,6 +386,7 @@ thread_local! {
         const { RefCell::new(None) };
 }
 
+#[cfg(feature = "zstd")]
 impl Codec for ZstdCodec {
     fn id(&self) -> CodecId {
         self.id
@@ -423,15 +450,18 @@ impl Codec for ZstdCodec {
 
 /// The dictionary both LZMA codecs use; fixed so the receiver's memory does not
 /// depend on what the sender claims.
+#[cfg(feature = "lzma")]
 pub const LZMA_DICT_BYTES: u32 = 1 << 20;
 
 /// LZMA2 raw stream (`liblzma`) at a preset, dictionary [`LZMA_DICT_BYTES`].
+#[cfg(feature = "lzma")]
 pub struct LzmaCodec {
     id: CodecId,
     name: &'static str,
     preset: u32,
 }
 
+#[cfg(feature = "lzma")]
 impl LzmaCodec {
     /// Raw LZMA2 at `preset` (0–9), registered as `id` and `name`; the
     /// dictionary stays the receiver's fixed 1 MiB whatever the preset.
@@ -448,6 +478,7 @@ impl LzmaCodec {
     }
 }
 
+#[cfg(feature = "lzma")]
 impl Codec for LzmaCodec {
     fn id(&self) -> CodecId {
         self.id
@@ -495,12 +526,14 @@ impl Codec for LzmaCodec {
 }
 
 /// bzip2 at a block-size level.
+#[cfg(feature = "bzip2")]
 pub struct Bzip2Codec {
     id: CodecId,
     name: &'static str,
     level: u32,
 }
 
+#[cfg(feature = "bzip2")]
 impl Bzip2Codec {
     /// bzip2 with `level` × 100 kB blocks (1–9), registered as `id` and `name`.
     pub fn new(id: CodecId, name: &'static str, level: u32) -> Self {
@@ -508,6 +541,7 @@ impl Bzip2Codec {
     }
 }
 
+#[cfg(feature = "bzip2")]
 impl Codec for Bzip2Codec {
     fn id(&self) -> CodecId {
         self.id
@@ -549,17 +583,21 @@ impl Codec for Bzip2Codec {
 }
 
 /// Raw deflate (`flate2`) at level 6 (`DEFLATE_LEVEL`).
+#[cfg(feature = "deflate")]
 pub struct DeflateCodec;
 
 /// The deflate level of [`DeflateCodec`].
+#[cfg(feature = "deflate")]
 const DEFLATE_LEVEL: u32 = 6;
 
+#[cfg(feature = "deflate")]
 thread_local! {
     /// This thread's raw-deflate compressor and decompressor, reset per message.
     static DEFLATE_STATE: RefCell<Option<(flate2::Compress, flate2::Decompress)>> =
         const { RefCell::new(None) };
 }
 
+#[cfg(feature = "deflate")]
 fn with_deflate<R>(f: impl FnOnce(&mut flate2::Compress, &mut flate2::Decompress) -> R) -> R {
     DEFLATE_STATE.with(|cell| {
         let mut slot = cell.borrow_mut();
@@ -573,6 +611,7 @@ fn with_deflate<R>(f: impl FnOnce(&mut flate2::Compress, &mut flate2::Decompress
     })
 }
 
+#[cfg(feature = "deflate")]
 impl Codec for DeflateCodec {
     fn id(&self) -> CodecId {
         CodecId::DEFLATE
@@ -673,24 +712,39 @@ impl Registry {
         Registry::default()
     }
 
-    /// Every built-in per-message codec: none, lz4, snappy, zstd-1/3/9,
-    /// lzma-0/6, bzip2-1/9, deflate (the stream codecs are opt-in, see
-    /// [`Registry::standard_with_streams`]).
+    /// Every built-in per-message codec this build has, in wire-id order:
+    /// `none` always; `lz4` (feature `lz4`), `snappy` (`snappy`),
+    /// `zstd-1/3/9` (`zstd`), `lzma-0/6` (`lzma`), `bzip2-1/9` (`bzip2`),
+    /// `deflate` (`deflate`). A codec whose feature is off is not
+    /// registered; its wire id stays reserved, and a peer offering it simply
+    /// does not get it negotiated. The stream codecs are opt-in, see
+    /// [`Registry::standard_with_streams`].
     pub fn standard() -> Self {
         let mut r = Registry::empty();
-        let all: Vec<Arc<dyn Codec>> = vec![
-            Arc::new(NoneCodec),
-            Arc::new(Lz4Codec),
-            Arc::new(SnappyCodec),
-            Arc::new(ZstdCodec::new(CodecId::ZSTD1, "zstd-1", 1)),
+        #[allow(unused_mut)]
+        let mut all: Vec<Arc<dyn Codec>> = vec![Arc::new(NoneCodec)];
+        #[cfg(feature = "lz4")]
+        all.push(Arc::new(Lz4Codec));
+        #[cfg(feature = "snappy")]
+        all.push(Arc::new(SnappyCodec));
+        #[cfg(feature = "zstd")]
+        all.extend([
+            Arc::new(ZstdCodec::new(CodecId::ZSTD1, "zstd-1", 1)) as Arc<dyn Codec>,
             Arc::new(ZstdCodec::new(CodecId::ZSTD3, "zstd-3", 3)),
             Arc::new(ZstdCodec::new(CodecId::ZSTD9, "zstd-9", 9)),
-            Arc::new(LzmaCodec::new(CodecId::LZMA0, "lzma-0", 0)),
+        ]);
+        #[cfg(feature = "lzma")]
+        all.extend([
+            Arc::new(LzmaCodec::new(CodecId::LZMA0, "lzma-0", 0)) as Arc<dyn Codec>,
             Arc::new(LzmaCodec::new(CodecId::LZMA6, "lzma-6", 6)),
-            Arc::new(Bzip2Codec::new(CodecId::BZIP2_1, "bzip2-1", 1)),
+        ]);
+        #[cfg(feature = "bzip2")]
+        all.extend([
+            Arc::new(Bzip2Codec::new(CodecId::BZIP2_1, "bzip2-1", 1)) as Arc<dyn Codec>,
             Arc::new(Bzip2Codec::new(CodecId::BZIP2_9, "bzip2-9", 9)),
-            Arc::new(DeflateCodec),
-        ];
+        ]);
+        #[cfg(feature = "deflate")]
+        all.push(Arc::new(DeflateCodec));
         for c in all {
             r.register(c)
                 .expect("built-in codecs have distinct ids and names");
@@ -704,23 +758,30 @@ impl Registry {
     /// without (docs/compression.md, "Stream codecs in the relay"): its
     /// cost model prices CPU time, not a saturated CPU, and a stream
     /// codec's history costs more CPU per byte at the receiver.
+    ///
+    /// Without the `zstd` feature there are no stream codecs and this is
+    /// [`Registry::standard`].
     pub fn standard_with_streams() -> Self {
+        #[allow(unused_mut)]
         let mut r = Registry::standard();
-        let streams: Vec<Arc<dyn Codec>> = vec![
-            Arc::new(crate::history::ZstdStreamCodec::new(
-                CodecId::ZSTD1_STREAM,
-                "zstd-1-stream",
-                1,
-            )),
-            Arc::new(crate::history::ZstdStreamCodec::new(
-                CodecId::ZSTD3_STREAM,
-                "zstd-3-stream",
-                3,
-            )),
-        ];
-        for c in streams {
-            r.register(c)
-                .expect("built-in codecs have distinct ids and names");
+        #[cfg(feature = "zstd")]
+        {
+            let streams: Vec<Arc<dyn Codec>> = vec![
+                Arc::new(crate::history::ZstdStreamCodec::new(
+                    CodecId::ZSTD1_STREAM,
+                    "zstd-1-stream",
+                    1,
+                )),
+                Arc::new(crate::history::ZstdStreamCodec::new(
+                    CodecId::ZSTD3_STREAM,
+                    "zstd-3-stream",
+                    3,
+                )),
+            ];
+            for c in streams {
+                r.register(c)
+                    .expect("built-in codecs have distinct ids and names");
+            }
         }
         r
     }

@@ -2,8 +2,9 @@
 //! policy, budget, probes, off-path sampling) and the receive procedure
 //! (decoding, decompression statistics, probe replies) of thesis 7.2.4.
 //!
-//! The blocking and async streams ([`crate::stream`], [`crate::async_stream`])
-//! only move bytes between a socket and an [`Endpoint`]; anything else that
+//! The blocking and async streams ([`crate::stream`], and
+//! `crate::async_stream` with the `tokio` feature) only move bytes between
+//! a socket and an [`Endpoint`]; anything else that
 //! frames bytes (a simulated network, a fuzzer) can drive it the same way.
 
 use crate::codec::{Codec, CodecId, Registry};

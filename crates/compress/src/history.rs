@@ -20,7 +20,10 @@
 //! header asks for more is refused before its window is allocated), so one
 //! decompression context holds at most about 8.1 MiB whatever the peer sends.
 
-use crate::codec::{Codec, CodecError, CodecId, ZstdCodec};
+use crate::codec::CodecError;
+#[cfg(feature = "zstd")]
+use crate::codec::{Codec, CodecId, ZstdCodec};
+#[cfg(feature = "zstd")]
 use zstd::zstd_safe::{self, zstd_sys, CCtx, CParameter, DCtx, DParameter, InBuffer, OutBuffer};
 
 /// The window of the sending context: 512 KiB of history (what `zstd -1`
@@ -61,6 +64,7 @@ pub trait StreamDecoder: Send {
     ) -> Result<(), CodecError>;
 }
 
+#[cfg(feature = "zstd")]
 fn corrupted(codec: &'static str, detail: impl std::fmt::Display) -> CodecError {
     CodecError::Corrupted {
         codec,
@@ -68,6 +72,7 @@ fn corrupted(codec: &'static str, detail: impl std::fmt::Display) -> CodecError 
     }
 }
 
+#[cfg(feature = "zstd")]
 fn compress_failed(codec: &'static str, detail: impl std::fmt::Display) -> CodecError {
     CodecError::Compress {
         codec,
@@ -82,12 +87,14 @@ fn compress_failed(codec: &'static str, detail: impl std::fmt::Display) -> Codec
 /// Outside a stream ([`Codec::compress`] and [`Codec::decompress`]: the
 /// codec tests, the fuzz targets, warm-ups) it is a single-shot zstd frame
 /// at the same level, like [`ZstdCodec`].
+#[cfg(feature = "zstd")]
 pub struct ZstdStreamCodec {
     single: ZstdCodec,
     name: &'static str,
     level: i32,
 }
 
+#[cfg(feature = "zstd")]
 impl ZstdStreamCodec {
     /// zstd at compression `level` with a stream-long context, registered as
     /// `id` and `name`.
@@ -100,6 +107,7 @@ impl ZstdStreamCodec {
     }
 }
 
+#[cfg(feature = "zstd")]
 impl Codec for ZstdStreamCodec {
     fn id(&self) -> CodecId {
         self.single.id()
@@ -142,12 +150,14 @@ impl Codec for ZstdStreamCodec {
 
 /// The sending context of [`ZstdStreamCodec`]; the zstd context is created
 /// at the first message.
+#[cfg(feature = "zstd")]
 struct ZstdStreamEncoder {
     cctx: Option<CCtx<'static>>,
     level: i32,
     name: &'static str,
 }
 
+#[cfg(feature = "zstd")]
 impl ZstdStreamEncoder {
     fn context(&mut self) -> Result<&mut CCtx<'static>, CodecError> {
         if self.cctx.is_none() {
@@ -169,6 +179,7 @@ impl ZstdStreamEncoder {
     }
 }
 
+#[cfg(feature = "zstd")]
 impl StreamEncoder for ZstdStreamEncoder {
     fn compress(&mut self, input: &[u8], reset: bool, out: &mut Vec<u8>) -> Result<(), CodecError> {
         let name = self.name;
@@ -203,6 +214,7 @@ impl StreamEncoder for ZstdStreamEncoder {
 
 /// The receiving context of [`ZstdStreamCodec`]; the zstd context is
 /// created at the first frame.
+#[cfg(feature = "zstd")]
 struct ZstdStreamDecoder {
     dctx: Option<DCtx<'static>>,
     name: &'static str,
@@ -210,6 +222,7 @@ struct ZstdStreamDecoder {
     live: bool,
 }
 
+#[cfg(feature = "zstd")]
 impl StreamDecoder for ZstdStreamDecoder {
     fn decompress(
         &mut self,

@@ -9,14 +9,14 @@
 //! - [`policy`]: `one`, `round-robin`, `majority` and `adaptive`;
 //! - [`throttle`]: CPU utilization from `/proc/stat` and the PID budget;
 //! - [`endpoint`]: the per-stream send and receive procedures, without I/O;
-//! - [`stream`], [`async_stream`]: blocking and tokio message streams;
+//! - [`stream`], `async_stream` (feature `tokio`): blocking and tokio message streams;
 //! - [`transport`]: what the transport says of the link (TCP_INFO backlog and delivery);
 //! - [`datasets`]: the experiments' data sets (zeros, ones, realistic, random);
 //! - `fuzz_checks`: the properties the fuzz targets and the corpus replay test check.
 //!
 //! The entry points are [`MessageStream`] (blocking, over any `Read + Write`)
-//! and [`AsyncMessageStream`] (tokio, over a reader and a writer, splittable
-//! into [`AsyncSender`] and [`AsyncReceiver`]): both ends exchange a hello that
+//! and `AsyncMessageStream` (feature `tokio`; over a reader and a writer,
+//! splittable into `AsyncSender` and `AsyncReceiver`): both ends exchange a hello that
 //! negotiates the codecs both [`Registry`]s hold, the message limit and
 //! checksums, then each `send_msg` picks a codec per [`PolicyKind`] under the
 //! CPU budget of the throttle ([`ThrottleConfig`]) and `recv_msg` returns the
@@ -24,6 +24,29 @@
 //! itself lives in [`Endpoint`], which does no I/O; [`StreamConfig`] configures
 //! a stream and [`StreamStats`] reports on it. Errors from the peer's bytes are
 //! [`WireError`]s; a codec's are [`CodecError`]s.
+//!
+//! # Cargo features
+//!
+//! An embedder pays only for the codecs and the runtime it uses (issue 23;
+//! package counts per feature set in `docs/embedding.md`):
+//!
+//! | feature | brings | default |
+//! |---|---|---|
+//! | `zstd` | `zstd-1`, `zstd-3`, `zstd-9` and the stream codecs `zstd-1-stream`, `zstd-3-stream` (libzstd, C, built by `cc`) | yes |
+//! | `lz4` | `lz4` (`lz4_flex`, pure Rust) | yes |
+//! | `snappy` | `snappy` (`snap`, pure Rust) | yes |
+//! | `lzma` | `lzma-0`, `lzma-6` (`liblzma`, C, built by `cc`) | no |
+//! | `bzip2` | `bzip2-1`, `bzip2-9` (`bzip2` over `libbz2-rs-sys`, a Rust port of libbzip2) | no |
+//! | `deflate` | `deflate` (`flate2`) | no |
+//! | `tokio` | `AsyncMessageStream`, `AsyncSender`, `AsyncReceiver`, `StreamHandle` | no |
+//! | `full` | all of the above | no |
+//!
+//! `none` is always built. [`Registry::standard`] registers exactly the
+//! codecs whose features are enabled; codec ids never change (the wire
+//! format is the same in every build), and a codec a peer offers in its
+//! hello that this build lacks is simply not negotiated: both ends send
+//! only with codecs both have. With `--no-default-features` the crate still
+//! works, with `none` only.
 //!
 //! A message stream pair over a socket pair, one end echoing:
 //!
@@ -68,6 +91,7 @@
 
 #![deny(missing_docs)]
 
+#[cfg(feature = "tokio")]
 pub mod async_stream;
 pub mod codec;
 pub mod datasets;
@@ -82,6 +106,7 @@ pub mod throttle;
 pub mod transport;
 pub mod wire;
 
+#[cfg(feature = "tokio")]
 pub use async_stream::{AsyncMessageStream, AsyncReceiver, AsyncSender, StreamHandle};
 pub use codec::{Codec, CodecError, CodecId, Registry};
 pub use endpoint::{Endpoint, Sampling, StreamConfig, StreamStats};

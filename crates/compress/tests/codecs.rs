@@ -12,6 +12,14 @@ fn messages() -> impl Strategy<Value = Vec<u8>> {
     ]
 }
 
+#[cfg(all(
+    feature = "lz4",
+    feature = "snappy",
+    feature = "zstd",
+    feature = "lzma",
+    feature = "bzip2",
+    feature = "deflate"
+))]
 #[test]
 fn the_standard_registry_has_the_issue_codecs() {
     let r = Registry::standard();
@@ -22,6 +30,28 @@ fn the_standard_registry_has_the_issue_codecs() {
             "bzip2-9", "deflate"
         ]
     );
+}
+
+/// The default features: `Registry::standard()` has exactly the codecs built.
+#[test]
+fn the_standard_registry_has_exactly_the_built_codecs() {
+    let names = Registry::standard().names();
+    let expect = |feature: bool, codecs: &[&str]| {
+        for c in codecs {
+            assert_eq!(names.contains(c), feature, "{c}: {names:?}");
+        }
+    };
+    assert!(names.contains(&"none"));
+    expect(cfg!(feature = "lz4"), &["lz4"]);
+    expect(cfg!(feature = "snappy"), &["snappy"]);
+    expect(cfg!(feature = "zstd"), &["zstd-1", "zstd-3", "zstd-9"]);
+    expect(cfg!(feature = "lzma"), &["lzma-0", "lzma-6"]);
+    expect(cfg!(feature = "bzip2"), &["bzip2-1", "bzip2-9"]);
+    expect(cfg!(feature = "deflate"), &["deflate"]);
+    let streams = Registry::standard_with_streams().names();
+    for c in ["zstd-1-stream", "zstd-3-stream"] {
+        assert_eq!(streams.contains(&c), cfg!(feature = "zstd"), "{c}");
+    }
 }
 
 #[test]

@@ -44,6 +44,7 @@ fn codecs_corpus() {
     assert!(ok > 0, "the seeds hold valid compressed messages");
 }
 
+#[cfg(feature = "zstd")] // the stream codecs
 #[test]
 fn stream_contexts_corpus() {
     let decoded: usize = corpus("stream_contexts")

@@ -130,7 +130,9 @@ fn majority_gives_the_best_everything_but_one_percent_per_other_codec() {
         *counts.entry(s.pick()).or_default() += 1;
     }
     let share = |c: CodecId| f64::from(counts.get(&c).copied().unwrap_or(0)) / f64::from(n);
-    assert!((share(CodecId::LZ4) - 0.90).abs() < 0.01, "{counts:?}");
+    // 1% for each other codec of this build (features), `none` included.
+    let best = 1.0 - 0.01 * (reg.len() - 1) as f64;
+    assert!((share(CodecId::LZ4) - best).abs() < 0.01, "{counts:?}");
     for id in reg.ids() {
         if id != CodecId::LZ4 {
             assert!((share(id) - 0.01).abs() < 0.003, "{id}: {counts:?}");
@@ -151,6 +153,7 @@ fn adaptive_sends_only_the_best_and_round_robin_cycles() {
     assert!(!picks.contains(&CodecId::NONE));
 }
 
+#[cfg(all(feature = "lzma", feature = "bzip2"))]
 #[test]
 fn adaptive_explores_without_sending_bad_codecs_and_majority_does_not() {
     let zeros = vec![0u8; 600];

@@ -1,9 +1,9 @@
 //! Blocking and async streams: round trips for every policy, many interleaved
 //! streams in one process, and the handshake with mismatched codec sets.
 
-use hwqos_compress::{
-    AsyncMessageStream, MessageStream, PolicyKind, Registry, Sampling, StreamConfig,
-};
+#[cfg(feature = "tokio")]
+use hwqos_compress::AsyncMessageStream;
+use hwqos_compress::{MessageStream, PolicyKind, Registry, Sampling, StreamConfig};
 use proptest::prelude::*;
 use std::os::unix::net::UnixStream;
 use std::sync::Arc;
@@ -108,6 +108,7 @@ fn round_robin_uses_every_compressing_codec() {
     }
 }
 
+#[cfg(all(feature = "bzip2", feature = "deflate"))]
 #[test]
 fn mismatched_codec_sets_only_use_common_codecs() {
     let client_reg = Registry::standard()
@@ -131,6 +132,7 @@ fn mismatched_codec_sets_only_use_common_codecs() {
     assert_eq!(used, vec!["zstd-3"], "{counts:?}");
 }
 
+#[cfg(feature = "lzma")]
 #[test]
 fn a_fixed_codec_the_peer_lacks_falls_back_to_none() {
     let server_reg = Registry::standard().subset(&["snappy"]).unwrap();
@@ -202,6 +204,7 @@ fn interleaved_streams_keep_their_own_state() {
     }
 }
 
+#[cfg(feature = "tokio")]
 #[test]
 fn async_streams_round_trip_and_split() {
     let rt = tokio::runtime::Builder::new_current_thread()
@@ -344,12 +347,14 @@ fn probe_replies_are_piggybacked_or_flushed_before_blocking() {
     assert_eq!(receiver.join().unwrap(), 1);
 }
 
+#[cfg(feature = "tokio")]
 /// An async writer that counts its `poll_write` calls that wrote bytes.
 struct CountingWriter<W> {
     inner: W,
     writes: Arc<std::sync::atomic::AtomicUsize>,
 }
 
+#[cfg(feature = "tokio")]
 impl<W: tokio::io::AsyncWrite + Unpin> tokio::io::AsyncWrite for CountingWriter<W> {
     fn poll_write(
         mut self: std::pin::Pin<&mut Self>,
@@ -380,6 +385,7 @@ impl<W: tokio::io::AsyncWrite + Unpin> tokio::io::AsyncWrite for CountingWriter<
 /// Like the blocking stream, the async receiver does not write a probe reply
 /// on its own while the message it came with is being handled: the reply
 /// rides in front of this end's next message (one write for both).
+#[cfg(feature = "tokio")]
 #[test]
 fn async_probe_replies_ride_in_front_of_the_next_message() {
     use std::sync::atomic::Ordering::SeqCst;

@@ -131,8 +131,11 @@ fn a_decompression_bomb_stops_at_the_declared_length() {
     // 1 MiB of zeros compresses to a few hundred bytes; declaring 1 KiB must
     // fail without producing the megabyte.
     let reg = Registry::standard();
+    // Each codec of this build (features); `none` has no bomb to stop.
     for name in ["zstd-3", "lzma-6", "bzip2-9", "deflate", "lz4", "snappy"] {
-        let c = reg.by_name(name).unwrap();
+        let Some(c) = reg.by_name(name) else {
+            continue;
+        };
         let mut packed = Vec::new();
         c.compress(&vec![0u8; 1 << 20], &mut packed).unwrap();
         let mut out = Vec::new();
