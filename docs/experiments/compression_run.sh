@@ -24,7 +24,7 @@ REPS="${REPS:-5}"
 root="$(cd "$(dirname "$0")/../.." && pwd)"
 out="$root/docs/experiments/results"
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$root/target}"
-cargo build --release -q -p hwqos-compress --example rtt_experiment
+cargo build --release -q -p hwqos-compress --features full --example rtt_experiment
 bin="$CARGO_TARGET_DIR/release/examples/rtt_experiment"
 work="$(mktemp -d)"
 A=hwqos-c-a
