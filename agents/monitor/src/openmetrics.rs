@@ -39,7 +39,7 @@
 //! `promtool check metrics` lints disagree on counter family names; a gauge is
 //! read identically by both, and `rate()` still works on it.
 
-use hwqos_core::{Frame, MetricKind, MetricName, Sample, Scope, Unit};
+use hwqos_core::{Frame, MetricName, Sample, Scope};
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
 
@@ -70,66 +70,21 @@ struct Family {
 }
 
 fn family_for(metric: &MetricName) -> Family {
+    let e = metric.exposition();
     let info = metric.info();
-    let base = metric.openmetrics_name();
-    let (scale, unit_suffix): (f64, Option<&'static str>) = match info.unit {
-        Unit::Nanoseconds => (1e-9, Some("seconds")),
-        Unit::Microseconds => (1e-6, Some("seconds")),
-        Unit::Seconds => (1.0, Some("seconds")),
-        Unit::Bytes => (1.0, Some("bytes")),
-        Unit::Ratio => (1.0, Some("ratio")),
-        Unit::Percent => (0.01, Some("ratio")),
-        _ => (1.0, None),
-    };
-    // Strip an abbreviated unit the name carries and convert to base units.
-    let (base, scale, unit_suffix) = match (unit_suffix, metric.family()) {
-        (None, "app") => {
-            if let Some(stem) = base.strip_suffix("_us") {
-                (stem.to_string(), 1e-6, Some("seconds"))
-            } else if let Some(stem) = base.strip_suffix("_ms") {
-                (stem.to_string(), 1e-3, Some("seconds"))
-            } else if let Some(stem) = base.strip_suffix("_ns") {
-                (stem.to_string(), 1e-9, Some("seconds"))
-            } else {
-                (base, scale, unit_suffix)
-            }
-        }
-        (Some(u), _) => {
-            let stem = base
-                .strip_suffix(&format!("_{u}"))
-                .unwrap_or(&base)
-                .to_string();
-            (stem, scale, unit_suffix)
-        }
-        _ => (base, scale, unit_suffix),
-    };
-    if info.kind == MetricKind::Counter {
-        let name = match unit_suffix {
-            Some(u) => format!("{base}_{u}_per_second"),
-            None => format!("{base}_per_second"),
-        };
-        Family {
-            name,
-            help: format!(
+    Family {
+        name: e.name,
+        help: if e.per_second {
+            format!(
                 "{} per second, over the last interval in which it was counted",
                 info.help
-            ),
-            unit: None,
-            scale,
-            per_second: true,
-        }
-    } else {
-        let name = match unit_suffix {
-            Some(u) => format!("{base}_{u}"),
-            None => base,
-        };
-        Family {
-            name,
-            help: info.help,
-            unit: unit_suffix,
-            scale,
-            per_second: false,
-        }
+            )
+        } else {
+            info.help
+        },
+        unit: e.unit,
+        scale: e.scale,
+        per_second: e.per_second,
     }
 }
 

@@ -99,6 +99,75 @@ impl MetricName {
     pub fn openmetrics_name(&self) -> String {
         format!("hwqos_{}", self.0.replace('.', "_"))
     }
+
+    /// How the monitor exposes this metric on `/metrics`: a counter as its
+    /// per-second rate (`hwqos_sw_page_faults_per_second`; time counters
+    /// in seconds per second), a gauge in base units with the unit as
+    /// suffix (`hwqos_os_proc_rss_bytes`, `hwqos_os_cpu_util_ratio`);
+    /// application metrics named `…_us`/`…_ms`/`…_ns` become `…_seconds`.
+    /// The one rule the exposition and whoever reads it back (a Prometheus
+    /// query) share.
+    pub fn exposition(&self) -> Exposition {
+        let info = self.info();
+        let base = self.openmetrics_name();
+        let (scale, unit): (f64, Option<&'static str>) = match info.unit {
+            Unit::Nanoseconds => (1e-9, Some("seconds")),
+            Unit::Microseconds => (1e-6, Some("seconds")),
+            Unit::Seconds => (1.0, Some("seconds")),
+            Unit::Bytes => (1.0, Some("bytes")),
+            Unit::Ratio => (1.0, Some("ratio")),
+            Unit::Percent => (0.01, Some("ratio")),
+            _ => (1.0, None),
+        };
+        // Strip an abbreviated unit the name carries and convert to base units.
+        let (base, scale, unit) = match (unit, self.family()) {
+            (None, "app") => [("_us", 1e-6), ("_ms", 1e-3), ("_ns", 1e-9)]
+                .iter()
+                .find_map(|&(suffix, s)| Some((base.strip_suffix(suffix)?.to_string(), s)))
+                .map_or((base.clone(), scale, unit), |(stem, s)| {
+                    (stem, s, Some("seconds"))
+                }),
+            (Some(u), _) => {
+                let stem = base.strip_suffix(&format!("_{u}")).unwrap_or(&base);
+                (stem.to_string(), scale, unit)
+            }
+            _ => (base, scale, unit),
+        };
+        let named = match unit {
+            Some(u) => format!("{base}_{u}"),
+            None => base,
+        };
+        if info.kind == MetricKind::Counter {
+            Exposition {
+                name: format!("{named}_per_second"),
+                unit: None,
+                scale,
+                per_second: true,
+            }
+        } else {
+            Exposition {
+                name: named,
+                unit,
+                scale,
+                per_second: false,
+            }
+        }
+    }
+}
+
+/// How a metric appears on `/metrics` ([`MetricName::exposition`]).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Exposition {
+    /// The family name (`hwqos_sw_task_clock_seconds_per_second`).
+    pub name: String,
+    /// A gauge's base unit (`seconds`, `bytes`, `ratio`); `None` for a
+    /// rate and for a unitless gauge.
+    pub unit: Option<&'static str>,
+    /// Factor from the metric's value to the exposed one (a rate is
+    /// further divided by its interval in seconds).
+    pub scale: f64,
+    /// Exposed as a per-second rate (counters).
+    pub per_second: bool,
 }
 
 impl fmt::Display for MetricName {

@@ -14,8 +14,8 @@
 //! compression is asked for, so none is decoded.
 //!
 //! **Names.** The monitor exposes a metric `fam.a.b` as `hwqos_fam_a_b`
-//! with a unit suffix and, for counters, `_per_second` (see the monitor's
-//! `openmetrics` module): [`exposed_name`] repeats that rule and
+//! with a unit suffix and, for counters, `_per_second`
+//! ([`MetricName::exposition`], the rule the monitor exposes by), and
 //! [`hwqos_name`] inverts it — exactly for every metric in hwqos-core's
 //! registry (the names the model, `decide` and contracts use, e.g.
 //! `hwqos_sw_page_faults_per_second` → `sw.page_faults`,
@@ -30,7 +30,7 @@ use crate::analysis::{
     self, AnalysisParams, ProcessCorrelation, ProcessSeries, ResourceCorrelation,
 };
 use crate::SchedError;
-use hwqos_core::metric::{MetricKind, MetricName, Unit, FAMILIES};
+use hwqos_core::metric::{MetricName, FAMILIES};
 use hwqos_core::{stats, Series};
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -577,46 +577,6 @@ pub fn parse_duration(s: &str) -> Result<f64, SchedError> {
     }
 }
 
-/// The name under which the monitor exposes `metric` (the rule of its
-/// `openmetrics` module): `hwqos_` + the name with `_` for `.`, a unit
-/// suffix (`seconds`, `bytes`, `ratio`; an application metric's `_us`,
-/// `_ms`, `_ns` becomes `_seconds`), and `_per_second` for counters.
-pub fn exposed_name(metric: &MetricName) -> String {
-    let info = metric.info();
-    let base = metric.openmetrics_name();
-    let unit = match info.unit {
-        Unit::Nanoseconds | Unit::Microseconds | Unit::Seconds => Some("seconds"),
-        Unit::Bytes => Some("bytes"),
-        Unit::Ratio | Unit::Percent => Some("ratio"),
-        _ => None,
-    };
-    let (base, unit) = match (unit, metric.family()) {
-        (None, "app") => match ["_us", "_ms", "_ns"]
-            .iter()
-            .find_map(|u| base.strip_suffix(u))
-        {
-            Some(stem) => (stem.to_string(), Some("seconds")),
-            None => (base, None),
-        },
-        (Some(u), _) => (
-            base.strip_suffix(&format!("_{u}"))
-                .unwrap_or(&base)
-                .to_string(),
-            unit,
-        ),
-        _ => (base, None),
-    };
-    let named = match unit {
-        Some(u) => format!("{base}_{u}"),
-        None => base,
-    };
-    if info.kind == MetricKind::Counter {
-        format!("{named}_per_second")
-    } else {
-        named
-    }
-}
-
 /// The hwqos metric name of an exposed Prometheus name: exact for the
 /// metrics of hwqos-core's registry, else a guess (family = the first
 /// word, the rest one part, `_per_second` dropped); `None` when the name
@@ -624,7 +584,7 @@ pub fn exposed_name(metric: &MetricName) -> String {
 pub fn hwqos_name(exposed: &str) -> Option<String> {
     if let Some(m) = hwqos_core::metric::registry()
         .iter()
-        .find(|m| exposed_name(&m.name) == exposed)
+        .find(|m| m.name.exposition().name == exposed)
     {
         return Some(m.name.as_str().to_string());
     }
@@ -1086,7 +1046,7 @@ pub fn fleet_queries(selector: &str, x: &str) -> Result<(String, String, String)
     } else {
         let m = MetricName::new(x)
             .map_err(|e| SchedError::invalid(format!("--x `{x}`"), e.to_string()))?;
-        exposed_name(&m)
+        m.exposition().name
     };
     if !x_exposed
         .bytes()
@@ -1319,15 +1279,15 @@ mod tests {
         let m = |s: &str| MetricName::new(s).unwrap();
         // The monitor's own examples (agents/monitor/src/openmetrics.rs).
         assert_eq!(
-            exposed_name(&m("sw.page_faults")),
+            m("sw.page_faults").exposition().name,
             "hwqos_sw_page_faults_per_second"
         );
         assert_eq!(
-            exposed_name(&m("sw.task_clock")),
+            m("sw.task_clock").exposition().name,
             "hwqos_sw_task_clock_seconds_per_second"
         );
-        assert_eq!(exposed_name(&m("app.rtt_us")), "hwqos_app_rtt_seconds");
-        assert_eq!(exposed_name(&m("app.rate")), "hwqos_app_rate");
+        assert_eq!(m("app.rtt_us").exposition().name, "hwqos_app_rtt_seconds");
+        assert_eq!(m("app.rate").exposition().name, "hwqos_app_rate");
         assert_eq!(
             hwqos_name("hwqos_sw_page_faults_per_second").unwrap(),
             "sw.page_faults"
@@ -1346,7 +1306,7 @@ mod tests {
         // Exact and unambiguous for the whole registry.
         let mut seen = BTreeMap::new();
         for info in hwqos_core::metric::registry() {
-            let e = exposed_name(&info.name);
+            let e = info.name.exposition().name;
             assert_eq!(hwqos_name(&e).as_deref(), Some(info.name.as_str()), "{e}");
             assert!(
                 seen.insert(e.clone(), info.name.clone()).is_none(),
