@@ -843,19 +843,6 @@ impl FleetProcess {
     }
 }
 
-fn median(xs: &mut [f64]) -> Option<f64> {
-    if xs.is_empty() {
-        return None;
-    }
-    xs.sort_by(f64::total_cmp);
-    let m = xs.len() / 2;
-    Some(if xs.len() % 2 == 1 {
-        xs[m]
-    } else {
-        (xs[m - 1] + xs[m]) / 2.0
-    })
-}
-
 /// The Decision Engine over a fleet: each node's group is analysed alone
 /// ([`analysis::analyse`]: aligned, normalized, filtered); the pooled
 /// Corr(r, x) of a process name is the Pearson correlation of the
@@ -934,8 +921,8 @@ pub fn analyse_fleet(
                     .map(|c| c.correlation)
             })
         };
-        let mut corrs: Vec<f64> = analysed.iter().filter_map(|(_, a)| node_corr(a)).collect();
-        let reference = median(&mut corrs);
+        let corrs: Vec<f64> = analysed.iter().filter_map(|(_, a)| node_corr(a)).collect();
+        let reference = stats::median(&corrs);
         for (n, a) in &analysed {
             let c = node_corr(a);
             checks.push(NodeCheck {
