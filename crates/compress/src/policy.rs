@@ -259,18 +259,22 @@ impl Selector {
         // else the first compressing codec) are sampled, cheapest first; the
         // slow ones are introduced once some codec could win at all (see
         // `start_round`).
-        let hint = |c: &CodecId| s.hints.get(c).copied().unwrap_or(0.0);
         let mut fast: Vec<CodecId> = s
             .compressing()
             .into_iter()
-            .filter(|c| hint(c) <= OPTIMISTIC_HINT_NS_PER_BYTE)
+            .filter(|&c| s.hint(c) <= OPTIMISTIC_HINT_NS_PER_BYTE)
             .collect();
         if fast.is_empty() {
             fast = s.compressing().into_iter().take(1).collect();
         }
-        fast.sort_by(|a, b| hint(a).total_cmp(&hint(b)));
-        s.explore_list = fast.iter().map(|&c| (c, 1, hint(&c))).collect();
+        fast.sort_by(|&a, &b| s.hint(a).total_cmp(&s.hint(b)));
+        s.explore_list = fast.iter().map(|&c| (c, 1, s.hint(c))).collect();
         s
+    }
+
+    /// The registry's cost hint of `codec` (ns per byte; 0 when unknown).
+    fn hint(&self, codec: CodecId) -> f64 {
+        self.hints.get(&codec).copied().unwrap_or(0.0)
     }
 
     /// The same selector with the adaptive policy's parameters replaced.
@@ -399,7 +403,7 @@ impl Selector {
                                 Some((e.compress_ns_per_byte.get()?, e.decompress_ns_per_byte()?))
                             });
                             // What a sample costs (both run here) …
-                            let hint = self.hints.get(&c).copied().unwrap_or(0.0);
+                            let hint = self.hint(c);
                             let cost = measured.map_or(hint, |(c, d)| c + d);
                             // … and what decides whether the codec can win:
                             // on a pipelined stream only the slower of
@@ -508,9 +512,7 @@ impl Selector {
         });
         let best = if backlogged {
             candidates
-                .filter(|&(c, _, _)| {
-                    self.hints.get(&c).copied().unwrap_or(0.0) <= OPTIMISTIC_HINT_NS_PER_BYTE
-                })
+                .filter(|&(c, _, _)| self.hint(c) <= OPTIMISTIC_HINT_NS_PER_BYTE)
                 .min_by(|a, b| a.2.total_cmp(&b.2).then(a.1.total_cmp(&b.1)))
         } else {
             candidates.min_by(|a, b| a.1.total_cmp(&b.1))
