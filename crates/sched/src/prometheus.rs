@@ -582,11 +582,18 @@ pub fn parse_duration(s: &str) -> Result<f64, SchedError> {
 /// word, the rest one part, `_per_second` dropped); `None` when the name
 /// is not `hwqos_<family>_…`.
 pub fn hwqos_name(exposed: &str) -> Option<String> {
-    if let Some(m) = hwqos_core::metric::registry()
-        .iter()
-        .find(|m| m.name.exposition().name == exposed)
-    {
-        return Some(m.name.as_str().to_string());
+    // Every series of a fleet query is looked up: the registry's exposed
+    // names are built once.
+    static EXPOSED: std::sync::OnceLock<BTreeMap<String, &'static str>> =
+        std::sync::OnceLock::new();
+    let registry = EXPOSED.get_or_init(|| {
+        hwqos_core::metric::registry()
+            .iter()
+            .map(|m| (m.name.exposition().name, m.name.as_str()))
+            .collect()
+    });
+    if let Some(name) = registry.get(exposed) {
+        return Some(name.to_string());
     }
     let rest = exposed.strip_prefix("hwqos_")?;
     let rest = rest.strip_suffix("_per_second").unwrap_or(rest);
