@@ -19,10 +19,18 @@ Reproduces the figures in docs/monitor.md ("Performance"):
 
 Run as root from the repository root:
   python3 docs/experiments/monitor_perf.py [--quick] [--only overhead,jitter,scale]
-        [--jitter-seconds 600] [--rates 100,1000] [--reps N] [--before DIR]
-        [--no-build] -o docs/experiments/results/monitor_perf.json
+        [--jitter-seconds 600] [--rates 100,1000] [--reps N] [--seconds S] [--warmup S]
+        [--before DIR] [--no-build] -o docs/experiments/results/monitor_perf.json
 (HWQOS_BIN_DIR=DIR measures the binaries in DIR; --before DIR adds DIR's
 hwqos-monitor as a fourth interleaved mode of the overhead runs.)
+
+The overhead runs rotate the order of the modes from one repetition to the
+next and record, besides the medians, each repetition's *paired* ratios
+(mode ÷ the baseline of the same repetition) of the workload's wall-clock
+throughput and of its work per CPU-second (iterations ÷ the CPU time the
+workload got, from its own /proc/self/schedstat): on a shared machine the
+wall-clock figure moves with the other tenants, the per-CPU-second one much
+less (scripts/anchors.sh reports both).
 
 Every counter used here is a kernel *software* event (task-clock, page-faults,
 context-switches, cpu-migrations); the script records which kind of counters
@@ -190,7 +198,18 @@ def spin_run(mode, rate, seconds, warmup, per_cpu=False):
         else:
             stop(mon)
     shutil.rmtree(d, ignore_errors=True)
-    return json.loads(out)["iterations_per_sec"], mon_cpu
+    res = json.loads(out)
+    return res["iterations_per_sec"], mon_cpu, res.get("iterations_per_cpu_sec")
+
+
+def spread(xs):
+    """Median, quartiles and range of a list (None when empty)."""
+    if not xs:
+        return None
+    xs = sorted(xs)
+    q = statistics.quantiles(xs, n=4, method="inclusive") if len(xs) > 1 else [xs[0]] * 3
+    return {"median": round(statistics.median(xs), 4), "q1": round(q[0], 4),
+            "q3": round(q[2], 4), "min": round(xs[0], 4), "max": round(xs[-1], 4), "n": len(xs)}
 
 
 def overhead(rates, reps, seconds, warmup, per_cpu=False):
@@ -198,13 +217,30 @@ def overhead(rates, reps, seconds, warmup, per_cpu=False):
     for rate in rates:
         modes = ["baseline", "hwqos", "perf"] + (["hwqos_before"] if BEFORE else [])
         runs = {m: [] for m in modes}
+        per_cpu_s = {m: [] for m in modes}
         cpu = {m: [] for m in modes if m != "baseline"}
-        for _ in range(reps):
-            for mode in modes:
-                ips, c = spin_run(mode, rate, seconds, warmup, per_cpu)
+        paired = {m: {"wall": [], "cpu_second": []} for m in modes[1:]}
+        pair_cpu = []
+        for i in range(reps):
+            # Rotate the order, so no mode always runs first or right after another.
+            order = modes[i % len(modes):] + modes[:i % len(modes)]
+            got = {}
+            for mode in order:
+                got[mode] = spin_run(mode, rate, seconds, warmup, per_cpu)
+                ips, c, ipcs = got[mode]
                 runs[mode].append(ips)
+                if ipcs is not None:
+                    per_cpu_s[mode].append(ipcs)
                 if c is not None:
                     cpu[mode].append(c)
+            b_ips, _, b_ipcs = got["baseline"]
+            for mode in modes[1:]:
+                ips, _, ipcs = got[mode]
+                paired[mode]["wall"].append(ips / b_ips)
+                if ipcs and b_ipcs:
+                    paired[mode]["cpu_second"].append(ipcs / b_ipcs)
+            if got["hwqos"][1] and got["perf"][1]:
+                pair_cpu.append(got["hwqos"][1] / got["perf"][1])
         base = statistics.median(runs["baseline"])
         row = {"rate_hz": rate, "reps": reps, "seconds": seconds,
                "counting": "per CPU" if per_cpu else "per process",
@@ -216,7 +252,7 @@ def overhead(rates, reps, seconds, warmup, per_cpu=False):
             row[f"{mode}_tool_cpu_s_median"] = statistics.median(cpu[mode]) if cpu[mode] else None
         # The tools' own CPU time, paired run by run (each hwqos run with the perf
         # run right after it): the median of the ratios, and the ratio of medians.
-        pairs = [h / p for h, p in zip(cpu["hwqos"], cpu["perf"]) if p]
+        pairs = pair_cpu
         if BEFORE:
             bp = [h / p for h, p in zip(cpu["hwqos_before"], cpu["perf"]) if p]
             row["tool_cpu_ratio_before_over_perf_median"] = (
@@ -227,7 +263,15 @@ def overhead(rates, reps, seconds, warmup, per_cpu=False):
             row["tool_cpu_ratio_of_medians"] = round(
                 row["hwqos_tool_cpu_s_median"] / row["perf_tool_cpu_s_median"], 3)
         row["runs"] = runs
+        row["runs_iterations_per_cpu_sec"] = per_cpu_s
         row["tool_cpu_s"] = cpu
+        row["order"] = "rotated per repetition"
+        # Each repetition's mode ÷ its own baseline: throughput kept (1 = no
+        # slowdown), wall-clock and per CPU-second of the workload.
+        row["paired_throughput_ratio"] = {m: {k: spread(v) for k, v in p.items()}
+                                          for m, p in paired.items()}
+        row["paired_throughput_ratio_runs"] = paired
+        row["tool_cpu_ratio_hwqos_over_perf_paired"] = spread(pair_cpu)
         res[str(rate)] = row
         if BEFORE:
             print(f"  before: {row['hwqos_before_overhead_pct']:+.2f}%, own CPU before/perf "
@@ -235,6 +279,11 @@ def overhead(rates, reps, seconds, warmup, per_cpu=False):
         print(f"overhead @{rate} Hz ({row['counting']}): hwqos {row['hwqos_overhead_pct']:+.2f}%  "
               f"perf {row['perf_overhead_pct']:+.2f}%  own CPU hwqos/perf "
               f"{row['tool_cpu_ratio_hwqos_over_perf_median']}", flush=True)
+        pr = row["paired_throughput_ratio"]
+        print("  paired throughput kept (median of mode/baseline): "
+              + "  ".join(f"{m} wall {pr[m]['wall']['median'] if pr[m]['wall'] else '-'}"
+                          f" per-CPU-s {pr[m]['cpu_second']['median'] if pr[m]['cpu_second'] else '-'}"
+                          for m in modes[1:]), flush=True)
     return res
 
 
@@ -546,6 +595,10 @@ def main():
     ap.add_argument("--rates", default="100,1000", help="overhead rates in Hz")
     ap.add_argument("--reps", type=int, default=None)
     ap.add_argument("--jitter-seconds", type=float, default=None)
+    ap.add_argument("--seconds", type=float, default=None,
+                    help="measured seconds per overhead run (default 5, 3 with --quick)")
+    ap.add_argument("--warmup", type=float, default=1.0,
+                    help="warm-up seconds per overhead run (default 1)")
     ap.add_argument("-o", "--output", default=os.path.join(ROOT, "docs/experiments/results/monitor_perf.json"))
     ap.add_argument("--tick-window", nargs=2, metavar=("SOCK", "SECONDS"), help=argparse.SUPPRESS)
     a = ap.parse_args()
@@ -567,9 +620,10 @@ def main():
         result["hotpath"] = {"per_process": hotpath(1000, 3 if a.quick else 5, False),
                              "per_cpu": hotpath(1000, 3 if a.quick else 5, True)}
     if "overhead" in only:
-        result["overhead"] = overhead(rates, reps, 3 if a.quick else 5, 1)
+        result["overhead"] = overhead(rates, reps, a.seconds or (3 if a.quick else 5), a.warmup)
     if "overhead-cpu" in only:
-        result["overhead_per_cpu"] = overhead(rates, reps, 3 if a.quick else 5, 1, per_cpu=True)
+        result["overhead_per_cpu"] = overhead(rates, reps, a.seconds or (3 if a.quick else 5),
+                                              a.warmup, per_cpu=True)
     if "jitter" in only:
         result["jitter"] = jitter(a.jitter_seconds or (30 if a.quick else 600))
     if "jitter-1k" in only:
@@ -583,6 +637,7 @@ def main():
         result["jitter_1khz"] = runs
     if "scale" in only:
         result["scale"] = scale(100, 10 if a.quick else 60, 1000)
+    result["loadavg_at_end"] = open("/proc/loadavg").read().split()[:3]
     os.makedirs(os.path.dirname(a.output), exist_ok=True)
     with open(a.output, "w") as f:
         json.dump(result, f, indent=1)
