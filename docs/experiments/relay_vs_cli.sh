@@ -8,8 +8,8 @@
 #
 #   docs/experiments/relay_vs_cli.sh [--rates "100mbit 1gbit"] [--payloads "gentext text"]
 #       [--reps 3] [--size-mb 48] [--tools "raw zstd-adapt zstd-1 lz4 relay"]
-#       [--relay NAME=BINARY]... [--relay-opt 'KEY = VALUE']... [--out FILE]
-#       [--check FACTOR]
+#       [--relay NAME=BINARY]... [--relay-opt 'KEY = VALUE']...
+#       [--relay-policy NAME=POLICY]... [--out FILE] [--check FACTOR]
 #
 # --check FACTOR: exit 1 when some relay's median is more than FACTOR times
 # zstd --adapt's median on some link and payload (scripts/relay-vs-zstd.sh,
@@ -18,7 +18,9 @@
 # Tools: raw (socat), zstd-adapt (zstd --adapt), zstd-1, zstd-3, lz4 (CLI
 # streams piped through socat), relay (every --relay binary; default
 # target/release/hwqos-relay as "relay", its default configuration plus the
-# --relay-opt lines). Payloads: gentext (generated text, deterministic: what
+# --relay-opt lines; --relay-policy NAME=POLICY adds "relay-NAME": the first
+# --relay binary (or the default) with `policy = "POLICY"` added to its
+# configuration, e.g. --relay-policy lz4=one:lz4 for a fixed codec). Payloads: gentext (generated text, deterministic: what
 # the test suite's comparison uses), text (tar of /usr/share/doc and
 # /usr/share/man), libs (tar of the shared libraries in /usr/lib), random,
 # mix (text, libs and random switching every 8 MB). Needs ip, tc, socat,
@@ -32,6 +34,7 @@ SIZE_MB=48
 TOOLS="raw zstd-adapt relay"
 RELAYS=()
 RELAY_OPTS=()
+RELAY_POLICIES=()
 OUT=""
 CHECK=""
 while [ $# -gt 0 ]; do
@@ -43,6 +46,7 @@ while [ $# -gt 0 ]; do
     --tools) TOOLS="$2"; shift 2 ;;
     --relay) RELAYS+=("$2"); shift 2 ;;
     --relay-opt) RELAY_OPTS+=("$2"); shift 2 ;;
+    --relay-policy) RELAY_POLICIES+=("$2"); shift 2 ;;
     --out) OUT="$2"; shift 2 ;;
     --check) CHECK="$2"; shift 2 ;;
     *) echo "unknown argument $1" >&2; exit 2 ;;
@@ -116,8 +120,9 @@ wait_free() { # ns port: the previous run's listener is gone
   echo "port $2 in $1 still taken" >&2; return 1
 }
 
-relay_conf() { # mode listen connect file
+relay_conf() { # mode listen connect file [extra line]
   {
+    [ -z "${5:-}" ] || echo "$5"
     echo "mode = \"$1\""; echo "listen = \"$2\""; echo "connect = \"$3\""
     echo "[metrics]"; echo "listen = \"\""
   } > "$4"
@@ -146,9 +151,10 @@ run_tool() { # tool file
       wait $sink_pid
       t1=$(date +%s.%N) ;;
     relay:*)
-      local bin=${tool#relay:} pa pb
-      relay_conf compress 127.0.0.1:7400 10.77.0.2:7401 "$W/a.toml"
-      relay_conf decompress 10.77.0.2:7401 127.0.0.1:$port "$W/b.toml"
+      local name=${tool#relay:} pa pb
+      local bin=${relay_bin[$name]} extra=${relay_extra[$name]}
+      relay_conf compress 127.0.0.1:7400 10.77.0.2:7401 "$W/a.toml" "$extra"
+      relay_conf decompress 10.77.0.2:7401 127.0.0.1:$port "$W/b.toml" "$extra"
       # Newer relays refuse non-loopback listens unless allowed.
       if ! "$bin" --config "$W/b.toml" --check-config >/dev/null 2>&1; then
         sed -i '1i allow_non_loopback = true' "$W/b.toml"
@@ -173,12 +179,19 @@ run_tool() { # tool file
   echo "$t1 - $t0" | bc -l
 }
 
-declare -A label
+declare -A label relay_bin relay_extra
 tools=()
 for t in $TOOLS; do
   if [ "$t" = relay ]; then
     for r in "${RELAYS[@]}"; do
-      tools+=("relay:${r#*=}"); label["relay:${r#*=}"]="relay-${r%%=*}"
+      n=${r%%=*}
+      tools+=("relay:$n"); label["relay:$n"]="relay-$n"
+      relay_bin[$n]=${r#*=}; relay_extra[$n]=""
+    done
+    for r in "${RELAY_POLICIES[@]+"${RELAY_POLICIES[@]}"}"; do
+      n=${r%%=*}
+      tools+=("relay:$n"); label["relay:$n"]="relay-$n"
+      relay_bin[$n]=${RELAYS[0]#*=}; relay_extra[$n]="policy = \"${r#*=}\""
     done
   else
     tools+=("$t")
