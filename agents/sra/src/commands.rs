@@ -501,7 +501,7 @@ pub fn contract_dir_report(scan: &hwqos_sched::contract_dir::Scan) -> (String, b
     use std::fmt::Write as _;
     let mut out = String::new();
     for f in &scan.files {
-        match &f.contract {
+        match &f.content {
             Ok(c) => writeln!(out, "{}: ok v{}", f.name, c.version),
             Err(reason) => writeln!(out, "{}: rejected: {reason}", f.name),
         }

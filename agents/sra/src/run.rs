@@ -16,11 +16,12 @@ use crate::agent::{Agent, SharedState};
 use crate::config::Config;
 use crate::frames::{FrameOrigin, FrameSource};
 use hwqos_agent::lifecycle::{Heartbeat, StopSignals};
+use hwqos_agent::watched::WatchedFiles;
 use hwqos_core::Frame;
 use hwqos_pmu::target::{Resolver, TargetSelector};
 use hwqos_sched::analysis::AnalysisParams;
 use hwqos_sched::contract::Contract;
-use hwqos_sched::contract_dir::{ContractDir, DirWatch, Limits};
+use hwqos_sched::contract_dir::{contract_dir, Limits};
 use hwqos_sched::model::SensitivityModel;
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
@@ -63,100 +64,24 @@ fn reapply_saved(config: &Config, agent: &mut Agent) -> u64 {
 
 /// The watched contract directory of `run` (`[agent] contract_dir`).
 struct FleetContracts {
-    dir: ContractDir,
-    watch: Option<DirWatch>,
-    /// The last error listing the directory, logged once until it changes.
-    last_error: Option<String>,
-    /// Candidates left out beyond the bound, logged when it changes.
-    last_left_out: usize,
+    files: WatchedFiles<Contract>,
 }
 
 impl FleetContracts {
     fn new(path: &std::path::Path) -> FleetContracts {
-        let mut f = FleetContracts {
-            dir: ContractDir::new(path, Limits::default()),
-            watch: None,
-            last_error: None,
-            last_left_out: 0,
-        };
-        f.ensure_watch();
-        f
-    }
-
-    /// Sets up the inotify watch if there is none (the directory may appear
-    /// after the agent started); without one the periodic rescan still works.
-    fn ensure_watch(&mut self) {
-        if self.watch.is_some() {
-            return;
-        }
-        match DirWatch::new(self.dir.path()) {
-            Ok(w) => {
-                tracing::info!(dir = %self.dir.path().display(), "watching the contract directory");
-                self.watch = Some(w);
-            }
-            Err(e) => tracing::debug!(
-                dir = %self.dir.path().display(),
-                error = %e,
-                "cannot watch the contract directory yet; rescanning every evaluation period"
-            ),
-        }
-    }
-
-    /// Whether the watch reported a change since the last call.
-    fn poll(&mut self) -> bool {
-        let Some(w) = &mut self.watch else {
-            return false;
-        };
-        match w.changed() {
-            Ok(changed) => changed,
-            Err(e) => {
-                tracing::warn!(error = %e, "contract directory watch failed; rescanning every evaluation period");
-                self.watch = None;
-                true
-            }
+        FleetContracts {
+            files: WatchedFiles::new(contract_dir(path, Limits::default()), "contract"),
         }
     }
 
     /// Rescans and applies the directory's best contract when it differs
     /// from the one applied; returns whether it applied one.
     fn sync(&mut self, config: &Config, agent: &mut Agent) -> bool {
-        let dir = self.dir.path().display().to_string();
-        let scan = match self.dir.rescan() {
-            Ok(s) => {
-                if self.last_error.take().is_some() {
-                    tracing::info!(dir, "the contract directory is readable again");
-                }
-                s
-            }
-            Err(e) => {
-                let msg = e.to_string();
-                if self.last_error.as_deref() != Some(msg.as_str()) {
-                    tracing::warn!(dir, error = %msg, "cannot list the contract directory; the current contract stays applied");
-                    self.last_error = Some(msg);
-                }
-                return false;
-            }
+        let dir = self.files.path().display().to_string();
+        let Some(scan) = self.files.rescan() else {
+            return false;
         };
-        for r in &scan.new_rejections {
-            agent.contract_dir_rejected += 1;
-            tracing::warn!(
-                dir,
-                file = %r.name,
-                reason = %r.reason,
-                "contract file rejected; not applied"
-            );
-        }
-        if scan.left_out != self.last_left_out {
-            if scan.left_out > 0 {
-                tracing::warn!(
-                    dir,
-                    left_out = scan.left_out,
-                    "more contract files than the {} considered: the rest (last by name) are ignored",
-                    hwqos_sched::contract_dir::MAX_FILES
-                );
-            }
-            self.last_left_out = scan.left_out;
-        }
+        agent.contract_dir_rejected += scan.new_rejections.len() as u64;
         let Some((file, contract)) = scan.chosen() else {
             return false;
         };
@@ -234,7 +159,7 @@ pub fn run_loop(
         }
         heartbeat.beat();
         if let Some(f) = &mut fleet {
-            if f.poll() {
+            if f.files.poll() {
                 f.sync(config, agent);
                 publish(agent);
             }
@@ -250,7 +175,7 @@ pub fn run_loop(
         last_eval = Instant::now();
         if let Some(f) = &mut fleet {
             // The fallback for a lost watch or an overflowed queue.
-            f.ensure_watch();
+            f.files.ensure_watch();
             f.sync(config, agent);
         }
         let list: Vec<Frame> = frames.drain(..).collect();

@@ -364,6 +364,7 @@ async fn metrics_connection<S>(
 pub use hwqos_core::fs::read_file_bounded;
 
 pub mod lifecycle;
+pub mod watched;
 
 /// [`read_file_bounded`] for text (the file must also be UTF-8): hwqos-core's
 /// `read_text_bounded` under the name the agents use for configurations.

@@ -43,7 +43,9 @@
 //! - [`mem`]: fresh anonymous pages with a known page-fault count;
 //! - [`fs`]: reading user-given files safely (regular files only, bounded) and
 //!   replacing files atomically;
-//! - [`affinity`]: pinning threads to CPUs.
+//! - [`affinity`]: pinning threads to CPUs;
+//! - [`watch_dir`]: documents distributed as files in a watched directory
+//!   (inotify), the best valid one chosen.
 //!
 //! # Example
 //!
@@ -90,6 +92,7 @@ pub mod series;
 pub mod stats;
 pub mod ticker;
 pub mod time;
+pub mod watch_dir;
 
 pub use filter::Butterworth;
 pub use metric::{MetricInfo, MetricKind, MetricName, Unit};

@@ -1,151 +1,32 @@
 //! Contracts distributed as plain files in a directory (issue 21 item 3):
 //! a configuration tool (Ansible, Salt, a Kubernetes ConfigMap) writes
-//! `hwqos.contract/1` files into one directory, and the agent applies the
-//! best of them.
+//! `hwqos.contract/1` files into one directory, and `hwqos-sra run`
+//! (`[agent] contract_dir`) applies the best of them; `hwqos-sra
+//! validate-dir` reports what it would apply.
 //!
-//! The rule, used by `hwqos-sra run` (`[agent] contract_dir`) and
-//! `hwqos-sra validate-dir`:
-//!
-//! - **Candidates** are the entries whose name ends in `.json` and does not
-//!   start with a dot. Everything else is ignored without a word: dotfiles
-//!   (`.#x.json` editor locks, `..data` of a ConfigMap, the `.x.json.N.tmp`
-//!   files of an atomic save), `*.tmp`, `*.json.swp`, `*~`. A tool should
-//!   write `NAME.json.tmp` (or a dotfile) and rename it to `NAME.json`, so the
-//!   file is only ever seen whole.
-//! - At most [`MAX_FILES`] candidates are considered, the first ones in byte
-//!   order of their names; the rest are counted in [`Scan::left_out`].
-//! - Each candidate is read through [`crate::input::read_regular`] (a
-//!   regular file, symbolic links followed, at most [`Limits::max_bytes`];
-//!   a FIFO or device is refused without blocking) and parsed with
-//!   [`Contract::parse`] (no duplicate keys, [`Contract::validate`]). A file
-//!   that fails is *rejected* with its name and the reason.
-//! - The **chosen** contract is the valid one with the highest `version`;
-//!   between equal versions, the file whose name sorts last. A directory with
-//!   no valid candidate chooses nothing (the agent then keeps what it has).
-//!
-//! [`ContractDir`] remembers each file's identity (device, inode, size,
-//! modification and change times) and re-reads only files that changed, so
-//! a rejected file is reported once, not at every rescan. [`DirWatch`] is a
-//! non-blocking inotify watch that says when the directory may have changed.
+//! The directory rule (candidates, bounds, the highest valid `version`
+//! chosen, rejections reported once) is [`hwqos_core::watch_dir`]'s; this
+//! module says how a contract file is checked: read through
+//! [`crate::input::read_regular`] and parsed with [`Contract::parse`] (no
+//! duplicate keys, [`Contract::validate`]).
 
 use crate::contract::Contract;
 use crate::SchedError;
-use std::collections::{BTreeMap, BTreeSet};
-use std::ffi::{OsStr, OsString};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::MetadataExt;
-use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use hwqos_core::watch_dir::{self, WatchedDir};
+use std::path::Path;
 
-/// Most candidate files considered in one directory.
-pub const MAX_FILES: usize = 256;
+pub use hwqos_core::watch_dir::{is_candidate, DirWatch, Limits, Rejected, MAX_FILES};
 
-/// Bounds of one scan.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Limits {
-    /// Candidates considered (the first ones by name); default [`MAX_FILES`].
-    pub max_files: usize,
-    /// Largest file read, in bytes; default
-    /// [`crate::input::MAX_INPUT_BYTES`].
-    pub max_bytes: u64,
-}
+/// A scan of a contract directory.
+pub type Scan = watch_dir::Scan<Contract>;
+/// One contract file and what it holds.
+pub type FileVerdict = watch_dir::FileVerdict<Contract>;
+/// A watched contract directory.
+pub type ContractDir = WatchedDir<Contract>;
 
-impl Default for Limits {
-    fn default() -> Self {
-        Limits {
-            max_files: MAX_FILES,
-            max_bytes: crate::input::MAX_INPUT_BYTES,
-        }
-    }
-}
-
-/// Whether a directory entry named `name` is a contract candidate: it ends
-/// in `.json` and does not start with a dot.
-pub fn is_candidate(name: &OsStr) -> bool {
-    let b = name.as_bytes();
-    b.len() > ".json".len() && b.ends_with(b".json") && !b.starts_with(b".")
-}
-
-/// One candidate file and what it holds.
-#[derive(Clone, Debug)]
-pub struct FileVerdict {
-    /// The file's name in the directory (lossy UTF-8).
-    pub name: String,
-    /// Its path.
-    pub path: PathBuf,
-    /// The valid contract, or why the file was rejected.
-    pub contract: Result<Arc<Contract>, String>,
-}
-
-/// A rejected file, reported once per version of the file.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Rejected {
-    /// The file's name in the directory.
-    pub name: String,
-    /// What was wrong with it.
-    pub reason: String,
-}
-
-/// What a scan of the directory found.
-#[derive(Clone, Debug, Default)]
-pub struct Scan {
-    /// Every candidate considered, in byte order of the names.
-    pub files: Vec<FileVerdict>,
-    /// Candidates beyond [`Limits::max_files`], not read.
-    pub left_out: usize,
-    /// Files rejected that the previous scan had not rejected as they are
-    /// now (every rejected file on a first scan).
-    pub new_rejections: Vec<Rejected>,
-}
-
-impl Scan {
-    /// The chosen file: the valid contract with the highest version, ties to
-    /// the name that sorts last; `None` when no candidate is valid.
-    pub fn chosen(&self) -> Option<(&FileVerdict, &Arc<Contract>)> {
-        self.files
-            .iter()
-            .filter_map(|f| f.contract.as_ref().ok().map(|c| (f, c)))
-            .max_by(|(fa, a), (fb, b)| {
-                a.version
-                    .cmp(&b.version)
-                    .then_with(|| fa.name.as_bytes().cmp(fb.name.as_bytes()))
-            })
-    }
-
-    /// The rejected files with their reasons.
-    pub fn rejected(&self) -> impl Iterator<Item = (&FileVerdict, &str)> {
-        self.files
-            .iter()
-            .filter_map(|f| f.contract.as_ref().err().map(|r| (f, r.as_str())))
-    }
-}
-
-/// What identifies one version of a file: a rename, a rewrite or a touch
-/// changes it.
-#[derive(Clone, Debug, PartialEq, Eq)]
-enum Identity {
-    Stat {
-        dev: u64,
-        ino: u64,
-        len: u64,
-        mtime: (i64, i64),
-        ctime: (i64, i64),
-    },
-    /// `stat` failed (a dangling link, a file gone meanwhile): the reason.
-    Unreadable(String),
-}
-
-fn identity(path: &Path) -> Identity {
-    match std::fs::metadata(path) {
-        Ok(m) => Identity::Stat {
-            dev: m.dev(),
-            ino: m.ino(),
-            len: m.len(),
-            mtime: (m.mtime(), m.mtime_nsec()),
-            ctime: (m.ctime(), m.ctime_nsec()),
-        },
-        Err(e) => Identity::Unreadable(e.to_string()),
+impl watch_dir::Versioned for Contract {
+    fn version(&self) -> u64 {
+        self.version
     }
 }
 
@@ -160,221 +41,27 @@ pub fn check_file(path: &Path, max_bytes: u64) -> Result<Contract, String> {
     Contract::parse(&text).map_err(|e| e.to_string())
 }
 
-/// A watched contract directory: [`ContractDir::rescan`] lists the
-/// candidates, re-reads those that changed since the last scan and reports
-/// the new rejections.
-#[derive(Debug)]
-pub struct ContractDir {
-    dir: PathBuf,
-    limits: Limits,
-    known: BTreeMap<OsString, (Identity, Result<Arc<Contract>, String>)>,
+/// A contract directory not scanned yet.
+pub fn contract_dir(dir: impl Into<std::path::PathBuf>, limits: Limits) -> ContractDir {
+    WatchedDir::new(dir, limits, Box::new(check_file))
 }
 
-impl ContractDir {
-    /// A directory not scanned yet.
-    pub fn new(dir: impl Into<PathBuf>, limits: Limits) -> ContractDir {
-        ContractDir {
-            dir: dir.into(),
-            limits,
-            known: BTreeMap::new(),
-        }
-    }
-
-    /// The directory.
-    pub fn path(&self) -> &Path {
-        &self.dir
-    }
-
-    /// Scans the directory. Fails only when the directory itself cannot be
-    /// listed (missing, not a directory, no permission); a bad file is a
-    /// rejection in the result, never an error.
-    pub fn rescan(&mut self) -> Result<Scan, SchedError> {
-        let file_err = |e: std::io::Error| SchedError::File {
-            path: self.dir.clone(),
-            source: e,
-        };
-        // The first `max_files` names in byte order, kept bounded while
-        // the listing is read.
-        let mut names: BTreeSet<OsString> = BTreeSet::new();
-        let mut left_out = 0usize;
-        for entry in std::fs::read_dir(&self.dir).map_err(file_err)? {
-            let entry = entry.map_err(file_err)?;
-            let name = entry.file_name();
-            if !is_candidate(&name) {
-                continue;
-            }
-            names.insert(name);
-            if names.len() > self.limits.max_files {
-                names.pop_last();
-                left_out += 1;
-            }
-        }
-        let mut scan = Scan {
-            left_out,
-            ..Scan::default()
-        };
-        let mut known = BTreeMap::new();
-        for name in names {
-            let path = self.dir.join(&name);
-            let id = identity(&path);
-            let shown = name.to_string_lossy().into_owned();
-            let (id, verdict) = match self.known.remove(&name) {
-                Some((old_id, verdict)) if old_id == id => (old_id, verdict),
-                _ => {
-                    let verdict = match &id {
-                        Identity::Unreadable(reason) => Err(reason.clone()),
-                        Identity::Stat { .. } => {
-                            check_file(&path, self.limits.max_bytes).map(Arc::new)
-                        }
-                    };
-                    if let Err(reason) = &verdict {
-                        scan.new_rejections.push(Rejected {
-                            name: shown.clone(),
-                            reason: reason.clone(),
-                        });
-                    }
-                    (id, verdict)
-                }
-            };
-            scan.files.push(FileVerdict {
-                name: shown,
-                path,
-                contract: verdict.clone(),
-            });
-            known.insert(name, (id, verdict));
-        }
-        self.known = known;
-        Ok(scan)
-    }
-}
-
-/// Scans `dir` once (what `hwqos-sra validate-dir` reports).
+/// Scans `dir` once (what `hwqos-sra validate-dir` reports). Fails only
+/// when the directory cannot be listed; the error names it.
 pub fn scan(dir: &Path, limits: Limits) -> Result<Scan, SchedError> {
-    ContractDir::new(dir, limits).rescan()
-}
-
-/// A non-blocking inotify watch of one directory for files closed after
-/// writing, created, deleted or renamed in or out. [`DirWatch::changed`]
-/// drains the queued events and says whether there were any; it never
-/// blocks. A queue overflow counts as a change; callers rescan the whole
-/// directory anyway, and should also rescan now and then in case a watch
-/// was lost.
-#[derive(Debug)]
-pub struct DirWatch {
-    fd: OwnedFd,
-    dir: PathBuf,
-    /// False once the kernel dropped the watch (the directory was removed or
-    /// moved away); [`DirWatch::changed`] then tries to watch it again.
-    watching: bool,
-}
-
-const WATCH_MASK: u32 = libc::IN_CLOSE_WRITE
-    | libc::IN_MOVED_TO
-    | libc::IN_MOVED_FROM
-    | libc::IN_DELETE
-    | libc::IN_CREATE
-    | libc::IN_DELETE_SELF
-    | libc::IN_MOVE_SELF;
-
-impl DirWatch {
-    /// Watches `dir`; fails when inotify is unavailable or the directory
-    /// cannot be watched (missing, no permission).
-    pub fn new(dir: &Path) -> std::io::Result<DirWatch> {
-        // SAFETY: inotify_init1 takes flags only and returns a new fd or -1.
-        let raw = unsafe { libc::inotify_init1(libc::IN_NONBLOCK | libc::IN_CLOEXEC) };
-        if raw < 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-        // SAFETY: `raw` is a new descriptor that nothing else owns.
-        let fd = unsafe { OwnedFd::from_raw_fd(raw) };
-        let mut w = DirWatch {
-            fd,
-            dir: dir.to_path_buf(),
-            watching: false,
-        };
-        w.add_watch()?;
-        Ok(w)
-    }
-
-    fn add_watch(&mut self) -> std::io::Result<()> {
-        let c = std::ffi::CString::new(self.dir.as_os_str().as_bytes()).map_err(|_| {
-            std::io::Error::new(
-                std::io::ErrorKind::InvalidInput,
-                "the path holds a NUL byte",
-            )
-        })?;
-        // SAFETY: the fd is an open inotify descriptor and `c` a valid
-        // NUL-terminated path that outlives the call.
-        let wd = unsafe { libc::inotify_add_watch(self.fd.as_raw_fd(), c.as_ptr(), WATCH_MASK) };
-        if wd < 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-        self.watching = true;
-        Ok(())
-    }
-
-    /// Whether anything happened in the directory since the last call
-    /// (drains every queued event; never blocks). After the directory was
-    /// removed or moved it tries to watch the path again and reports a
-    /// change when that succeeds.
-    pub fn changed(&mut self) -> std::io::Result<bool> {
-        let mut any = false;
-        let mut buf = [0u8; 4096];
-        loop {
-            // SAFETY: `buf` is writable for its whole length; the fd is open.
-            let n = unsafe {
-                libc::read(
-                    self.fd.as_raw_fd(),
-                    buf.as_mut_ptr().cast::<libc::c_void>(),
-                    buf.len(),
-                )
-            };
-            if n < 0 {
-                let e = std::io::Error::last_os_error();
-                match e.raw_os_error() {
-                    Some(libc::EAGAIN) => break,
-                    Some(libc::EINTR) => continue,
-                    _ => return Err(e),
-                }
-            }
-            if n == 0 {
-                break;
-            }
-            any = true;
-            if events_drop_the_watch(&buf[..n as usize]) {
-                self.watching = false;
-            }
-        }
-        if !self.watching && self.add_watch().is_ok() {
-            any = true;
-        }
-        Ok(any)
-    }
-}
-
-/// Whether a buffer of `struct inotify_event`s holds `IN_IGNORED` (the
-/// kernel removed the watch). Malformed lengths end the walk.
-fn events_drop_the_watch(mut buf: &[u8]) -> bool {
-    const HEADER: usize = 16; // wd, mask, cookie, len: four 32-bit fields
-    let mut dropped = false;
-    while buf.len() >= HEADER {
-        let field = |i: usize| u32::from_ne_bytes([buf[i], buf[i + 1], buf[i + 2], buf[i + 3]]);
-        let mask = field(4);
-        let len = field(12) as usize;
-        if mask & (libc::IN_IGNORED | libc::IN_DELETE_SELF | libc::IN_MOVE_SELF) != 0 {
-            dropped = true;
-        }
-        let Some(next) = HEADER.checked_add(len).filter(|n| *n <= buf.len()) else {
-            break;
-        };
-        buf = &buf[next..];
-    }
-    dropped
+    contract_dir(dir, limits)
+        .rescan()
+        .map_err(|source| SchedError::File {
+            path: dir.to_path_buf(),
+            source,
+        })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::collections::BTreeMap;
+    use std::os::unix::ffi::OsStrExt;
 
     fn contract(version: u64, quota: u64) -> String {
         format!(
@@ -384,27 +71,6 @@ mod tests {
 
     fn put(dir: &Path, name: &str, text: &str) {
         std::fs::write(dir.join(name), text).unwrap();
-    }
-
-    #[test]
-    fn candidates_are_json_files_that_are_not_dotfiles() {
-        for yes in ["a.json", "10-x.json", "x.y.json"] {
-            assert!(is_candidate(OsStr::new(yes)), "{yes}");
-        }
-        for no in [
-            ".a.json",
-            ".#a.json",
-            "..data",
-            "a.json.tmp",
-            "a.tmp",
-            "a.json~",
-            "a.json.swp",
-            ".json",
-            "a.JSON",
-            "a",
-        ] {
-            assert!(!is_candidate(OsStr::new(no)), "{no}");
-        }
     }
 
     #[test]
@@ -530,7 +196,7 @@ mod tests {
     fn a_rejection_is_reported_once_per_version_of_the_file() {
         let d = tempfile::tempdir().unwrap();
         let p = d.path();
-        let mut dir = ContractDir::new(p, Limits::default());
+        let mut dir = contract_dir(p, Limits::default());
         put(p, "a.json", &contract(1, 1));
         put(p, "b.json", "nonsense");
         let s = dir.rescan().unwrap();
@@ -553,47 +219,7 @@ mod tests {
         assert_eq!(dir.rescan().unwrap().chosen().unwrap().1.version, 1);
         // The directory itself gone: an error naming it.
         let gone = p.join("gone");
-        let e = ContractDir::new(&gone, Limits::default())
-            .rescan()
-            .unwrap_err()
-            .to_string();
+        let e = scan(&gone, Limits::default()).unwrap_err().to_string();
         assert!(e.contains("gone"), "{e}");
-    }
-
-    #[test]
-    fn the_watch_sees_a_rename_and_never_blocks() {
-        let d = tempfile::tempdir().unwrap();
-        let p = d.path();
-        let mut w = DirWatch::new(p).unwrap();
-        assert!(!w.changed().unwrap());
-        put(p, ".a.json.tmp", &contract(1, 1));
-        std::fs::rename(p.join(".a.json.tmp"), p.join("a.json")).unwrap();
-        assert!(w.changed().unwrap());
-        assert!(!w.changed().unwrap());
-        std::fs::remove_file(p.join("a.json")).unwrap();
-        assert!(w.changed().unwrap());
-        assert!(DirWatch::new(&p.join("missing")).is_err());
-    }
-
-    #[test]
-    fn event_walk_survives_truncated_buffers() {
-        let mut ev = Vec::new();
-        for v in [1i32 as u32, libc::IN_CREATE, 0, 4] {
-            ev.extend_from_slice(&v.to_ne_bytes());
-        }
-        ev.extend_from_slice(b"a\0\0\0");
-        assert!(!events_drop_the_watch(&ev));
-        let mut ignored = ev.clone();
-        for v in [1u32, libc::IN_IGNORED, 0, 0] {
-            ignored.extend_from_slice(&v.to_ne_bytes());
-        }
-        assert!(events_drop_the_watch(&ignored));
-        // A length beyond the buffer stops the walk.
-        let mut bad = Vec::new();
-        for v in [1u32, 0, 0, u32::MAX] {
-            bad.extend_from_slice(&v.to_ne_bytes());
-        }
-        assert!(!events_drop_the_watch(&bad));
-        assert!(!events_drop_the_watch(&bad[..7]));
     }
 }
