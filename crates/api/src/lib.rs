@@ -259,6 +259,22 @@ impl FrameFilter {
         })
     }
 
+    /// Every sample of every scope (the same as `FrameFilter::default()`).
+    pub fn all() -> FrameFilter {
+        FrameFilter::default()
+    }
+
+    /// Every scope, these metrics: `FrameFilter::metrics(&["sw.*"])`
+    /// (`FrameFilter::new(&[], &["sw.*"])` cannot infer the empty list's type).
+    pub fn metrics<M: AsRef<str>>(metrics: &[M]) -> Result<FrameFilter, PatternError> {
+        FrameFilter::new::<&str, M>(&[], metrics)
+    }
+
+    /// These scopes, every metric: `FrameFilter::scopes(&["cpu:*"])`.
+    pub fn scopes<S: AsRef<str>>(scopes: &[S]) -> Result<FrameFilter, PatternError> {
+        FrameFilter::new::<S, &str>(scopes, &[])
+    }
+
     /// Whether the filter keeps everything.
     pub fn is_all(&self) -> bool {
         self.scopes.is_empty() && self.metrics.is_empty()
@@ -513,6 +529,50 @@ pub enum ApiError {
 }
 
 /// A blocking client for the live API.
+///
+/// One connection answers requests ([`ApiClient::status`],
+/// [`ApiClient::window`], …) until [`ApiClient::subscribe`] turns it into a
+/// stream of frames (the protocol carries nothing else after a subscribe);
+/// open a second client for requests while subscribed. Here against a
+/// stand-in server that speaks the protocol's first lines (a real one is
+/// `hwqos-monitor`; `crates/api/examples/subscribe.rs` runs against it):
+///
+/// ```
+/// use hwqos_api::{ApiClient, FrameFilter, Response, SCHEMA};
+/// use hwqos_core::{Frame, Timestamp};
+/// use std::io::{BufRead, BufReader, Write};
+/// use std::os::unix::net::UnixListener;
+///
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let dir = std::env::temp_dir().join(format!("hwqos-api-doc-{}", std::process::id()));
+/// std::fs::create_dir_all(&dir)?;
+/// let path = dir.join("monitor.sock");
+/// let _ = std::fs::remove_file(&path);
+/// let listener = UnixListener::bind(&path)?;
+/// let server = std::thread::spawn(move || -> std::io::Result<()> {
+///     let (mut conn, _) = listener.accept()?;
+///     let hello = Response::Hello { schema: SCHEMA.into(), node: "n1".into(), version: "0.1.0".into(), rate_hz: 10.0 };
+///     conn.write_all(hello.to_line().as_bytes())?;
+///     let mut request = String::new();
+///     BufReader::new(conn.try_clone()?).read_line(&mut request)?; // {"op":"subscribe",…}
+///     conn.write_all(Response::Subscribed { scopes: vec![], metrics: vec![] }.to_line().as_bytes())?;
+///     for seq in 1..=3 {
+///         let frame = Frame { seq, time: Timestamp::now(), interval_ns: 100_000_000, samples: vec![], labels: vec![] };
+///         conn.write_all(Response::Frame { frame }.to_line().as_bytes())?;
+///     }
+///     Ok(())
+/// });
+///
+/// let client = ApiClient::connect_waiting(&path, std::time::Duration::from_secs(10))?;
+/// assert_eq!(client.hello().rate_hz, 10.0);
+/// let frames = client.subscribe(FrameFilter::metrics(&["sw.*"])?)?;
+/// let seqs: Vec<u64> = frames.take(3).map(|f| f.map(|f| f.seq)).collect::<Result<_, _>>()?;
+/// assert_eq!(seqs, [1, 2, 3]);
+/// server.join().unwrap()?;
+/// std::fs::remove_dir_all(&dir)?;
+/// # Ok(())
+/// # }
+/// ```
 pub struct ApiClient {
     reader: BufReader<UnixStream>,
     writer: UnixStream,
@@ -570,6 +630,33 @@ impl ApiClient {
             other => Err(ApiError::Protocol(format!(
                 "expected a hello line, got {other:?}"
             ))),
+        }
+    }
+
+    /// Connects, retrying while the socket does not exist yet or refuses
+    /// connections (a monitor still starting), for at most `timeout`; other
+    /// errors (a wrong protocol version, a closed connection) are returned at
+    /// once. The last connect error when the time is up.
+    pub fn connect_waiting(
+        path: impl AsRef<Path>,
+        timeout: Duration,
+    ) -> Result<ApiClient, ApiError> {
+        let end = std::time::Instant::now() + timeout;
+        loop {
+            match ApiClient::connect(path.as_ref()) {
+                Err(ApiError::Connect { path, source })
+                    if matches!(
+                        source.kind(),
+                        io::ErrorKind::NotFound | io::ErrorKind::ConnectionRefused
+                    ) =>
+                {
+                    if std::time::Instant::now() >= end {
+                        return Err(ApiError::Connect { path, source });
+                    }
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+                other => return other,
+            }
         }
     }
 

@@ -47,5 +47,11 @@ pub mod target;
 pub use hwqos_api as api;
 pub use hwqos_procfs as procfs;
 
+pub use backend::BackendKind;
+pub use catalog::Catalog;
 pub use error::PmuError;
 pub use event::{Event, EventAttr, EventSource, Modes};
+/// The frame types [`Sampler::sample`] returns, from `hwqos-core`.
+pub use hwqos_core::{Frame, Sample, Scope, Timestamp};
+pub use sampler::{Sampler, SamplerConfig};
+pub use target::{Resolver, TargetSelector};

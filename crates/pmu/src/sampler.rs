@@ -279,6 +279,35 @@ impl Sampler {
     /// Takes one tick: reads and rotates every target's counters, adds procfs
     /// and application metrics. Never fails as a whole: a target whose tasks
     /// vanished is dropped, other per-target errors are logged.
+    ///
+    /// **The first call starts counting and returns a frame without counter
+    /// samples** (there is no interval yet); each later call reports what the
+    /// event set that was enabled counted since the previous call. A target
+    /// that appears later reports from the tick after it appeared.
+    ///
+    /// Counting this process's page faults while it touches fresh pages:
+    ///
+    /// ```
+    /// use hwqos_pmu::{Sampler, SamplerConfig, Scope, TargetSelector, Timestamp};
+    ///
+    /// let me = std::process::id();
+    /// let mut sampler = Sampler::for_this_node(SamplerConfig {
+    ///     targets: vec![TargetSelector::Pid(me)],
+    ///     event_sets: vec![vec!["sw.page_faults".into(), "sw.task_clock".into()]],
+    ///     ..SamplerConfig::default()
+    /// })?;
+    /// assert!(sampler.sample(Timestamp::now()).samples.is_empty()); // starts counting
+    /// const PAGES: usize = 256;
+    /// let mut buf = vec![0u8; PAGES * 4096]; // fresh zero pages, mapped on first write
+    /// for page in buf.chunks_mut(4096) {
+    ///     page[0] = 1;
+    /// }
+    /// std::hint::black_box(&buf);
+    /// let frame = sampler.sample(Timestamp::now());
+    /// let faults = frame.value(&Scope::Process { pid: me }, "sw.page_faults").unwrap();
+    /// assert!(faults >= PAGES as f64, "{faults} page faults for {PAGES} fresh pages");
+    /// # Ok::<(), hwqos_pmu::PmuError>(())
+    /// ```
     pub fn sample(&mut self, time: Timestamp) -> Frame {
         let interval_ns = self
             .prev_time

@@ -47,6 +47,21 @@ pub enum NameSource {
 }
 
 /// Resolves event names against one node's PMUs and CPU model.
+///
+/// perf's names and hwqos's generic names resolve to the same metric;
+/// software events resolve on every node, hardware ones need its PMU:
+///
+/// ```
+/// use hwqos_pmu::Catalog;
+///
+/// let catalog = Catalog::for_this_node();
+/// let cs = catalog.resolve("cs")?; // perf's alias
+/// assert_eq!(cs.metric.as_str(), "sw.context_switches");
+/// assert!(!cs.is_hardware());
+/// assert_eq!(catalog.resolve("task-clock")?.metric.as_str(), "sw.task_clock");
+/// assert!(catalog.resolve("no-such-event").is_err());
+/// # Ok::<(), hwqos_pmu::PmuError>(())
+/// ```
 #[derive(Clone, Debug)]
 pub struct Catalog {
     sysfs_root: PathBuf,
