@@ -1,7 +1,9 @@
 //! The OpenMetrics (`/metrics`) exposition of the newest measurements: this
-//! module only renders text; the frames come from the live state
-//! (the `live` module) and the endpoint is hwqos-agent's bounded server
-//! (`hwqos_agent::serve_metrics`, started by the `service` module).
+//! module folds frames into series and has `prometheus-client` write the text
+//! (through `hwqos_agent::render_exposition`, as the other agents do); the
+//! frames come from the live state (the `live` module) and the endpoint is
+//! hwqos-agent's bounded server (`hwqos_agent::serve_metrics`, started by the
+//! `service` module).
 //!
 //! Naming scheme (every family is a gauge; see below why):
 //!
@@ -39,11 +41,15 @@
 //! `promtool check metrics` lints disagree on counter family names; a gauge is
 //! read identically by both, and `rate()` still works on it.
 
+use hwqos_agent::{encode_gauge, encode_gauge_family};
 use hwqos_core::{Frame, MetricName, Sample, Scope};
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{
+    DescriptorEncoder, EncodeLabel as _, EncodeLabelSet, LabelSetEncoder,
+};
+use prometheus_client::metrics::MetricType;
+use prometheus_client::registry::Unit;
 use std::collections::{BTreeMap, HashMap};
-use std::fmt::Write as _;
-
-use hwqos_agent::{escape_help, escape_label, number as num};
 
 /// The content type of the exposition.
 pub use hwqos_agent::OPENMETRICS_CONTENT_TYPE as CONTENT_TYPE;
@@ -227,39 +233,90 @@ impl Exposition {
         }
     }
 
-    fn labels(&self, scope: &Scope, extra: Option<(&str, &str)>) -> String {
-        let mut out = String::from("{");
-        let mut first = true;
-        let mut push = |k: &str, v: &str| {
-            if !first {
-                out.push(',');
-            }
-            first = false;
-            let _ = write!(out, "{k}=\"{}\"", escape_label(v));
-        };
-        if let Some((k, v)) = extra {
-            push(k, v);
-        }
-        for (k, v) in scope.labels() {
-            push(k, &v);
-        }
+    /// The comm of a process or thread scope, when known.
+    fn comm(&self, scope: &Scope) -> Option<&str> {
         if matches!(scope, Scope::Process { .. } | Scope::Thread { .. }) {
-            if let Some((comm, _)) = self.comms.get(scope) {
-                push("comm", comm);
-            }
+            self.comms.get(scope).map(|(comm, _)| comm.as_str())
+        } else {
+            None
         }
-        out.push('}');
-        out
     }
 
-    /// The whole exposition, terminated by `# EOF`.
-    pub fn render(&self, me: &SelfMetrics) -> String {
-        let mut out = String::new();
+    /// The whole exposition, terminated by `# EOF`, written by
+    /// `prometheus-client` (through [`hwqos_agent::render_exposition`]).
+    /// Takes the exposition: a scrape builds one from the live state and
+    /// renders it once.
+    pub fn render(self, me: &SelfMetrics) -> String {
+        hwqos_agent::render_exposition(
+            "hwqos",
+            Scrape {
+                exposition: self,
+                me: me.clone(),
+            },
+        )
+    }
+}
+
+/// The labels of one series: `metric` (multiplexing ratios only), the
+/// scope's, then `comm` for a process or thread whose name is known.
+struct SeriesLabels<'a> {
+    metric: Option<&'a str>,
+    scope: Vec<(&'static str, String)>,
+    comm: Option<&'a str>,
+}
+
+impl EncodeLabelSet for SeriesLabels<'_> {
+    fn encode(&self, encoder: &mut LabelSetEncoder) -> std::fmt::Result {
+        if let Some(m) = self.metric {
+            ("metric", m).encode(encoder.encode_label())?;
+        }
+        for (k, v) in &self.scope {
+            (*k, v.as_str()).encode(encoder.encode_label())?;
+        }
+        if let Some(c) = self.comm {
+            ("comm", c).encode(encoder.encode_label())?;
+        }
+        Ok(())
+    }
+}
+
+/// What one scrape writes: the exposition it built and the self-metrics.
+#[derive(Debug)]
+struct Scrape {
+    exposition: Exposition,
+    me: SelfMetrics,
+}
+
+/// `prometheus-client` appends the unit to a family's name: the name given
+/// to it is the exposed one without the `hwqos_` prefix (the registry's)
+/// and without the `_<unit>` suffix.
+fn stem<'a>(name: &'a str, unit: Option<&str>) -> &'a str {
+    let stem = name.strip_prefix("hwqos_").unwrap_or(name);
+    match unit {
+        Some(u) => stem
+            .strip_suffix(u)
+            .and_then(|s| s.strip_suffix('_'))
+            .unwrap_or(stem),
+        None => stem,
+    }
+}
+
+fn unit(u: &str) -> Unit {
+    match u {
+        "seconds" => Unit::Seconds,
+        "bytes" => Unit::Bytes,
+        other => Unit::Other(other.to_string()),
+    }
+}
+
+impl Collector for Scrape {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> std::fmt::Result {
+        let x = &self.exposition;
         // Group series by family name (two metrics never share one: names are
         // the dotted metric names with `.` → `_`, plus unit suffixes).
         let mut by_family: BTreeMap<&str, FamilySeries<'_>> = BTreeMap::new();
-        for ((metric, scope), e) in &self.entries {
-            if let Some(f) = self.families.get(metric) {
+        for ((metric, scope), e) in &x.entries {
+            if let Some(f) = x.families.get(metric) {
                 by_family
                     .entry(f.name.as_str())
                     .or_insert_with(|| (f, Vec::new()))
@@ -268,35 +325,47 @@ impl Exposition {
             }
         }
         for (name, (family, series)) in &by_family {
-            header(&mut out, name, &family.help, family.unit);
+            debug_assert!(name.starts_with("hwqos_"), "{name}");
+            debug_assert!(!family.help.contains(['\\', '\n']), "{:?}", family.help);
+            let u = family.unit.map(unit);
+            let mut metric = encoder.encode_descriptor(
+                stem(name, family.unit),
+                &family.help,
+                u.as_ref(),
+                MetricType::Gauge,
+            )?;
             for (scope, e) in series {
-                let _ = writeln!(out, "{name}{} {}", self.labels(scope, None), num(e.value));
+                let labels = SeriesLabels {
+                    metric: None,
+                    scope: scope.labels(),
+                    comm: x.comm(scope),
+                };
+                metric.encode_family(&labels)?.encode_gauge(&e.value)?;
             }
         }
-        let running: Vec<_> = self
+        let mut running = x
             .entries
             .iter()
             .filter_map(|((m, s), e)| e.running.map(|r| (m, s, r)))
-            .collect();
-        if !running.is_empty() {
-            header(
-                &mut out,
-                "hwqos_counter_running_ratio",
+            .peekable();
+        if running.peek().is_some() {
+            let u = unit("ratio");
+            let mut metric = encoder.encode_descriptor(
+                "counter_running",
                 "share of the interval a multiplexed counter ran; its value was scaled by the inverse",
-                Some("ratio"),
-            );
+                Some(&u),
+                MetricType::Gauge,
+            )?;
             for (m, s, r) in running {
-                let _ = writeln!(
-                    out,
-                    "hwqos_counter_running_ratio{} {}",
-                    self.labels(s, Some(("metric", m.as_str()))),
-                    num(r)
-                );
+                let labels = SeriesLabels {
+                    metric: Some(m.as_str()),
+                    scope: s.labels(),
+                    comm: x.comm(s),
+                };
+                metric.encode_family(&labels)?.encode_gauge(&r)?;
             }
         }
-        render_self(&mut out, me);
-        out.push_str("# EOF\n");
-        out
+        encode_self(&mut encoder, &self.me)
     }
 }
 
@@ -398,156 +467,133 @@ impl AppHold {
     }
 }
 
-fn header(out: &mut String, name: &str, help: &str, unit: Option<&str>) {
-    let _ = writeln!(out, "# TYPE {name} gauge");
-    if let Some(u) = unit {
-        let _ = writeln!(out, "# UNIT {name} {u}");
-    }
-    let _ = writeln!(out, "# HELP {name} {}", escape_help(help));
-}
-
-fn gauge(out: &mut String, name: &str, help: &str, unit: Option<&str>, value: f64) {
-    header(out, name, help, unit);
-    let _ = writeln!(out, "{name} {}", num(value));
-}
-
-fn render_self(out: &mut String, me: &SelfMetrics) {
-    header(
-        out,
-        "hwqos_monitor_build_info",
+fn encode_self(encoder: &mut DescriptorEncoder, me: &SelfMetrics) -> std::fmt::Result {
+    encode_gauge_family(
+        encoder,
+        "monitor_build_info",
         "hwqos-monitor version and counter backend (value is always 1)",
         None,
-    );
-    let _ = writeln!(
-        out,
-        "hwqos_monitor_build_info{{version=\"{}\",backend=\"{}\"}} 1",
-        escape_label(&me.version),
-        escape_label(&me.backend)
-    );
-    let g = |out: &mut String, name: &str, help: &str, unit: Option<&str>, v: f64| {
-        gauge(out, name, help, unit, v)
+        [(
+            &[
+                ("version", me.version.as_str()),
+                ("backend", me.backend.as_str()),
+            ][..],
+            1u32,
+        )],
+    )?;
+    let count = |encoder: &mut DescriptorEncoder, name: &str, help: &str, v: u64| {
+        encode_gauge(encoder, name, help, None, Some(v))
     };
-    g(
-        out,
-        "hwqos_monitor_frames_sampled",
+    let seconds = |encoder: &mut DescriptorEncoder, name: &str, help: &str, v: f64| {
+        encode_gauge(encoder, name, help, Some(Unit::Seconds), Some(v))
+    };
+    count(
+        encoder,
+        "monitor_frames_sampled",
         "frames sampled since the monitor started",
-        None,
-        me.frames_sampled as f64,
-    );
-    g(
-        out,
-        "hwqos_monitor_missed_ticks",
+        me.frames_sampled,
+    )?;
+    count(
+        encoder,
+        "monitor_missed_ticks",
         "ticks missed because sampling overran the period, since start",
-        None,
-        me.missed_ticks as f64,
-    );
-    g(
-        out,
-        "hwqos_monitor_tick_lateness_seconds",
+        me.missed_ticks,
+    )?;
+    seconds(
+        encoder,
+        "monitor_tick_lateness",
         "how late the newest tick woke after its deadline",
-        Some("seconds"),
         me.last_lateness_ns as f64 / 1e9,
-    );
-    g(
-        out,
-        "hwqos_monitor_tick_lateness_max_seconds",
+    )?;
+    seconds(
+        encoder,
+        "monitor_tick_lateness_max",
         "largest tick lateness since start",
-        Some("seconds"),
         me.max_lateness_ns as f64 / 1e9,
-    );
-    g(
-        out,
-        "hwqos_monitor_sampling_period_seconds",
+    )?;
+    seconds(
+        encoder,
+        "monitor_sampling_period",
         "configured sampling period",
-        Some("seconds"),
         me.period_s,
-    );
-    g(
-        out,
-        "hwqos_monitor_subscribers",
+    )?;
+    count(
+        encoder,
+        "monitor_subscribers",
         "live API subscribers connected",
-        None,
-        me.subscribers as f64,
-    );
-    g(
-        out,
-        "hwqos_monitor_dropped_subscribers",
+        me.subscribers as u64,
+    )?;
+    count(
+        encoder,
+        "monitor_dropped_subscribers",
         "live API subscribers dropped for falling behind, since start",
-        None,
-        me.dropped_subscribers as f64,
-    );
-    g(
-        out,
-        "hwqos_monitor_multiplexed_samples",
+        me.dropped_subscribers,
+    )?;
+    count(
+        encoder,
+        "monitor_multiplexed_samples",
         "samples scaled from multiplexed counters, since start",
-        None,
-        me.multiplexed_samples as f64,
-    );
-    g(
-        out,
-        "hwqos_monitor_database_frames",
+        me.multiplexed_samples,
+    )?;
+    count(
+        encoder,
+        "monitor_database_frames",
         "frames held in the in-memory database",
-        None,
-        me.database_frames as f64,
-    );
-    g(
-        out,
-        "hwqos_monitor_database_size_bytes",
+        me.database_frames as u64,
+    )?;
+    encode_gauge(
+        encoder,
+        "monitor_database_size",
         "estimated memory held by the database",
-        Some("bytes"),
-        me.database_bytes as f64,
-    );
-    g(
-        out,
-        "hwqos_monitor_unavailable_events",
+        Some(Unit::Bytes),
+        Some(me.database_bytes as u64),
+    )?;
+    count(
+        encoder,
+        "monitor_unavailable_events",
         "configured events this node cannot count",
-        None,
-        me.unavailable_events as f64,
-    );
-    g(
-        out,
-        "hwqos_monitor_config_reloads",
+        me.unavailable_events as u64,
+    )?;
+    count(
+        encoder,
+        "monitor_config_reloads",
         "successful configuration reloads since start",
-        None,
-        me.reloads as f64,
-    );
-    g(
-        out,
-        "hwqos_monitor_flushed_frames",
+        me.reloads,
+    )?;
+    count(
+        encoder,
+        "monitor_flushed_frames",
         "frames appended to recordings by flushes, since start",
-        None,
-        me.flushed_frames as f64,
-    );
-    g(
-        out,
-        "hwqos_monitor_flushed_bytes",
+        me.flushed_frames,
+    )?;
+    encode_gauge(
+        encoder,
+        "monitor_flushed",
         "bytes appended to recordings by flushes, since start",
-        Some("bytes"),
-        me.flushed_bytes as f64,
-    );
-    g(
-        out,
-        "hwqos_monitor_flush_lost_frames",
+        Some(Unit::Bytes),
+        Some(me.flushed_bytes),
+    )?;
+    count(
+        encoder,
+        "monitor_flush_lost_frames",
         "frames that fell out of the database before a flush wrote them, since start",
-        None,
-        me.flush_lost_frames as f64,
-    );
-    g(
-        out,
-        "hwqos_monitor_app_series_held",
+        me.flush_lost_frames,
+    )?;
+    count(
+        encoder,
+        "monitor_app_series_held",
         "application metric series kept on /metrics for [metrics] app_stale_s",
-        None,
-        me.app_series_held as f64,
-    );
+        me.app_series_held as u64,
+    )?;
     if let Some(wall) = me.last_frame_wall_ns {
-        g(
-            out,
-            "hwqos_monitor_last_frame_timestamp_seconds",
+        seconds(
+            encoder,
+            "monitor_last_frame_timestamp",
             "wall-clock time of the newest frame (Unix epoch)",
-            Some("seconds"),
             wall as f64 / 1e9,
-        );
+        )?;
     }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -606,7 +652,7 @@ mod tests {
         let text = x.render(&SelfMetrics::default());
         // 10 raw, multiplexed 50% → 20 per 0.5 s → 40/s.
         assert!(
-            text.contains("hwqos_sw_page_faults_per_second{scope=\"process\",pid=\"42\",comm=\"we\\\"ird\\\\\"} 40\n"),
+            text.contains("hwqos_sw_page_faults_per_second{scope=\"process\",pid=\"42\",comm=\"we\\\"ird\\\\\"} 40.0\n"),
             "{text}"
         );
         // 0.25 s of CPU in 0.5 s → 0.5 CPUs.
@@ -650,5 +696,105 @@ mod tests {
         x.update(&later, 3);
         assert!(x.is_empty());
         assert!(!x.render(&SelfMetrics::default()).contains("pid=\"42\""));
+    }
+
+    /// The whole page, as `prometheus-client` writes it: every family's
+    /// HELP, TYPE and UNIT, label order and escaping, counts as integers
+    /// (not rounded through `f64`), seconds and ratios as floats.
+    #[test]
+    fn the_whole_exposition_is_pinned() {
+        let mut x = Exposition::new();
+        x.update(&frame(1), 10);
+        let me = SelfMetrics {
+            version: "1.2.3".into(),
+            backend: "perf\"x".into(),
+            frames_sampled: u64::MAX,
+            last_lateness_ns: 1_500_000,
+            period_s: 0.1,
+            last_frame_wall_ns: Some(1_700_000_000_250_000_000),
+            ..SelfMetrics::default()
+        };
+        assert_eq!(
+            x.render(&me),
+            "# HELP hwqos_app_rtt_seconds app.rtt_us (not in the hwqos registry)\n\
+             # TYPE hwqos_app_rtt_seconds gauge\n\
+             # UNIT hwqos_app_rtt_seconds seconds\n\
+             hwqos_app_rtt_seconds{scope=\"system\"} 0.0015\n\
+             # HELP hwqos_os_cpu_util_ratio CPU utilization over the interval (busy / total jiffies)\n\
+             # TYPE hwqos_os_cpu_util_ratio gauge\n\
+             # UNIT hwqos_os_cpu_util_ratio ratio\n\
+             hwqos_os_cpu_util_ratio{scope=\"cpu\",cpu=\"1\"} 0.25\n\
+             # HELP hwqos_sw_page_faults_per_second page faults per second, over the last interval in which it was counted\n\
+             # TYPE hwqos_sw_page_faults_per_second gauge\n\
+             hwqos_sw_page_faults_per_second{scope=\"process\",pid=\"42\",comm=\"we\\\"ird\\\\\"} 40.0\n\
+             # HELP hwqos_sw_task_clock_seconds_per_second time the task ran on a CPU (ns) per second, over the last interval in which it was counted\n\
+             # TYPE hwqos_sw_task_clock_seconds_per_second gauge\n\
+             hwqos_sw_task_clock_seconds_per_second{scope=\"process\",pid=\"42\",comm=\"we\\\"ird\\\\\"} 0.5\n\
+             # HELP hwqos_counter_running_ratio share of the interval a multiplexed counter ran; its value was scaled by the inverse\n\
+             # TYPE hwqos_counter_running_ratio gauge\n\
+             # UNIT hwqos_counter_running_ratio ratio\n\
+             hwqos_counter_running_ratio{metric=\"sw.page_faults\",scope=\"process\",pid=\"42\",comm=\"we\\\"ird\\\\\"} 0.5\n\
+             # HELP hwqos_monitor_build_info hwqos-monitor version and counter backend (value is always 1)\n\
+             # TYPE hwqos_monitor_build_info gauge\n\
+             hwqos_monitor_build_info{version=\"1.2.3\",backend=\"perf\\\"x\"} 1\n\
+             # HELP hwqos_monitor_frames_sampled frames sampled since the monitor started\n\
+             # TYPE hwqos_monitor_frames_sampled gauge\n\
+             hwqos_monitor_frames_sampled 18446744073709551615\n\
+             # HELP hwqos_monitor_missed_ticks ticks missed because sampling overran the period, since start\n\
+             # TYPE hwqos_monitor_missed_ticks gauge\n\
+             hwqos_monitor_missed_ticks 0\n\
+             # HELP hwqos_monitor_tick_lateness_seconds how late the newest tick woke after its deadline\n\
+             # TYPE hwqos_monitor_tick_lateness_seconds gauge\n\
+             # UNIT hwqos_monitor_tick_lateness_seconds seconds\n\
+             hwqos_monitor_tick_lateness_seconds 0.0015\n\
+             # HELP hwqos_monitor_tick_lateness_max_seconds largest tick lateness since start\n\
+             # TYPE hwqos_monitor_tick_lateness_max_seconds gauge\n\
+             # UNIT hwqos_monitor_tick_lateness_max_seconds seconds\n\
+             hwqos_monitor_tick_lateness_max_seconds 0.0\n\
+             # HELP hwqos_monitor_sampling_period_seconds configured sampling period\n\
+             # TYPE hwqos_monitor_sampling_period_seconds gauge\n\
+             # UNIT hwqos_monitor_sampling_period_seconds seconds\n\
+             hwqos_monitor_sampling_period_seconds 0.1\n\
+             # HELP hwqos_monitor_subscribers live API subscribers connected\n\
+             # TYPE hwqos_monitor_subscribers gauge\n\
+             hwqos_monitor_subscribers 0\n\
+             # HELP hwqos_monitor_dropped_subscribers live API subscribers dropped for falling behind, since start\n\
+             # TYPE hwqos_monitor_dropped_subscribers gauge\n\
+             hwqos_monitor_dropped_subscribers 0\n\
+             # HELP hwqos_monitor_multiplexed_samples samples scaled from multiplexed counters, since start\n\
+             # TYPE hwqos_monitor_multiplexed_samples gauge\n\
+             hwqos_monitor_multiplexed_samples 0\n\
+             # HELP hwqos_monitor_database_frames frames held in the in-memory database\n\
+             # TYPE hwqos_monitor_database_frames gauge\n\
+             hwqos_monitor_database_frames 0\n\
+             # HELP hwqos_monitor_database_size_bytes estimated memory held by the database\n\
+             # TYPE hwqos_monitor_database_size_bytes gauge\n\
+             # UNIT hwqos_monitor_database_size_bytes bytes\n\
+             hwqos_monitor_database_size_bytes 0\n\
+             # HELP hwqos_monitor_unavailable_events configured events this node cannot count\n\
+             # TYPE hwqos_monitor_unavailable_events gauge\n\
+             hwqos_monitor_unavailable_events 0\n\
+             # HELP hwqos_monitor_config_reloads successful configuration reloads since start\n\
+             # TYPE hwqos_monitor_config_reloads gauge\n\
+             hwqos_monitor_config_reloads 0\n\
+             # HELP hwqos_monitor_flushed_frames frames appended to recordings by flushes, since start\n\
+             # TYPE hwqos_monitor_flushed_frames gauge\n\
+             hwqos_monitor_flushed_frames 0\n\
+             # HELP hwqos_monitor_flushed_bytes bytes appended to recordings by flushes, since start\n\
+             # TYPE hwqos_monitor_flushed_bytes gauge\n\
+             # UNIT hwqos_monitor_flushed_bytes bytes\n\
+             hwqos_monitor_flushed_bytes 0\n\
+             # HELP hwqos_monitor_flush_lost_frames frames that fell out of the database before a flush wrote them, since start\n\
+             # TYPE hwqos_monitor_flush_lost_frames gauge\n\
+             hwqos_monitor_flush_lost_frames 0\n\
+             # HELP hwqos_monitor_app_series_held application metric series kept on /metrics for [metrics] app_stale_s\n\
+             # TYPE hwqos_monitor_app_series_held gauge\n\
+             hwqos_monitor_app_series_held 0\n\
+             # HELP hwqos_monitor_last_frame_timestamp_seconds wall-clock time of the newest frame (Unix epoch)\n\
+             # TYPE hwqos_monitor_last_frame_timestamp_seconds gauge\n\
+             # UNIT hwqos_monitor_last_frame_timestamp_seconds seconds\n\
+             hwqos_monitor_last_frame_timestamp_seconds 1700000000.2499998\n\
+             # EOF\n"
+        );
     }
 }

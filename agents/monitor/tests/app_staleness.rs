@@ -77,7 +77,7 @@ fn engine() -> NodeSources {
 /// machines, not a speed assertion.
 const DEADLINE: Duration = Duration::from_secs(30);
 
-const SERIES: &str = "hwqos_app_queue_depth{scope=\"system\"} 7\n";
+const SERIES: &str = "hwqos_app_queue_depth{scope=\"system\"} 7.0\n";
 
 fn start(app_stale_s: f64) -> (tempfile::TempDir, Monitor, std::path::PathBuf) {
     let dir = tempfile::tempdir().unwrap();

@@ -25,9 +25,8 @@
 //! snapshot of its state, renders it per scrape with [`render_exposition`]
 //! and serves the text with [`serve_metrics`] (or [`serve_metrics_with`] and
 //! explicit [`MetricsLimits`]) on a Tokio runtime; the server stops when its
-//! `watch` channel changes. The monitor still writes its exposition by hand
-//! and uses [`escape_label`], [`escape_help`] and [`number`] until it moves to
-//! `prometheus-client` too.
+//! `watch` channel changes. All four agents' expositions are written this
+//! way.
 //!
 //! Any other Rust service that should run as a hwqos-style systemd agent can
 //! use the same pieces; nothing here is specific to one agent.
@@ -191,34 +190,6 @@ pub fn encode_gauge<N: EncodeGaugeValue>(
         metric.encode_gauge(&v)?;
     }
     Ok(())
-}
-
-// The monitor's hand-written exposition (agents/monitor/src/openmetrics.rs)
-// still uses the three helpers below; they go when it moves to
-// `prometheus-client` like the other agents.
-
-/// A label value as the exposition format quotes it (the monitor's).
-pub fn escape_label(v: &str) -> String {
-    v.replace('\\', "\\\\")
-        .replace('"', "\\\"")
-        .replace('\n', "\\n")
-}
-
-/// HELP text as the exposition format wants it (the monitor's).
-pub fn escape_help(v: &str) -> String {
-    v.replace('\\', "\\\\").replace('\n', "\\n")
-}
-
-/// A sample value, `NaN` and `±Inf` spelled as the format wants (the
-/// monitor's).
-pub fn number(v: f64) -> String {
-    if v.is_nan() {
-        "NaN".into()
-    } else if v.is_infinite() {
-        if v > 0.0 { "+Inf" } else { "-Inf" }.into()
-    } else {
-        format!("{v}")
-    }
 }
 
 /// Renders the current exposition for a scrape.
@@ -444,16 +415,6 @@ mod tests {
              hwqos_x_count 18446744073709551615\n\
              # EOF\n"
         );
-    }
-
-    #[test]
-    fn the_monitors_helpers_write_labels_and_numbers_as_openmetrics_wants() {
-        assert_eq!(escape_label("a\"b\\c\nd"), "a\\\"b\\\\c\\nd");
-        assert_eq!(escape_help("a\\b\nc"), "a\\\\b\\nc");
-        assert_eq!(number(f64::NAN), "NaN");
-        assert_eq!(number(f64::INFINITY), "+Inf");
-        assert_eq!(number(f64::NEG_INFINITY), "-Inf");
-        assert_eq!(number(0.25), "0.25");
     }
 
     #[tokio::test]
