@@ -77,7 +77,52 @@ impl FrameReader {
     }
 }
 
-/// A blocking message stream.
+/// A blocking message stream over any `Read + Write` (a `TcpStream`, a
+/// `UnixStream`): [`MessageStream::handshake`] on both ends (each end sends
+/// its hello, then reads the peer's, so the ends run concurrently), then
+/// [`MessageStream::send_msg`] and [`MessageStream::recv_msg`]. Over TCP on
+/// loopback, with a declared slow link so that compressing pays:
+///
+/// ```
+/// use hwqos_compress::{MessageStream, Registry, StreamConfig, WireError};
+/// use std::net::{TcpListener, TcpStream};
+/// use std::sync::Arc;
+///
+/// # fn main() -> Result<(), WireError> {
+/// let config = StreamConfig { link_ns_per_byte: Some(800.0), throttle: None, ..Default::default() };
+/// let registry = Arc::new(Registry::standard());
+/// let listener = TcpListener::bind("127.0.0.1:0")?;
+/// let addr = listener.local_addr()?;
+/// let (cfg, reg) = (config.clone(), registry.clone());
+/// let server = std::thread::spawn(move || -> Result<u64, WireError> {
+///     let (tcp, _) = listener.accept()?;
+///     tcp.set_nodelay(true)?;
+///     let mut s = MessageStream::handshake(tcp, cfg, reg)?;
+///     let mut bytes = 0;
+///     while let Some(msg) = s.recv_msg()? {
+///         bytes += msg.len() as u64;
+///     }
+///     Ok(bytes)
+/// });
+/// let tcp = TcpStream::connect(addr)?;
+/// tcp.set_nodelay(true)?;
+/// let mut s = MessageStream::handshake(tcp, config, registry)?;
+/// let record = b"GET /index.html HTTP/1.1\r\nHost: example.com\r\n\r\n".repeat(64);
+/// for _ in 0..50 {
+///     s.send_msg(&record)?;
+/// }
+/// // Half-close, then read to the end: the peer's probe replies still in
+/// // flight must be read, or closing with them unread resets the connection.
+/// s.get_ref().shutdown(std::net::Shutdown::Write)?;
+/// assert_eq!(s.recv_msg()?, None);
+/// let stats = s.stats();
+/// assert_eq!(server.join().unwrap()?, 50 * record.len() as u64);
+/// assert_eq!(stats.app_bytes_sent, 50 * record.len() as u64);
+/// # #[cfg(any(feature = "zstd", feature = "lz4", feature = "snappy"))]
+/// assert!(stats.wire_bytes_sent < stats.app_bytes_sent / 2);
+/// # Ok(())
+/// # }
+/// ```
 pub struct MessageStream<S: Read + Write> {
     io: S,
     endpoint: Endpoint,
