@@ -69,6 +69,58 @@ pub struct AgentState {
     pub stop_latency_p50_ns: Option<u64>,
     /// 99th percentile of the same latency, in ns.
     pub stop_latency_p99_ns: Option<u64>,
+    /// The same latency as `/metrics`' histogram (agent route; `None` on
+    /// the direct route and with the kernel backend).
+    #[serde(skip)]
+    pub stop_latency: Option<StopLatency>,
+}
+
+/// The stop latency since start in the classic histogram form `/metrics`
+/// writes: the backend's log-linear histogram read at power-of-two bounds.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct StopLatency {
+    /// Latencies recorded.
+    pub count: u64,
+    /// Their exact sum, in ns.
+    pub sum_ns: u128,
+    /// `(bound_ns, n)`: `n` latencies above the previous bound and at most
+    /// `bound_ns` (exact: each bound is the largest value of a bucket of
+    /// the backend's histogram), ascending; the rest are above the last.
+    pub buckets: Vec<(u64, u64)>,
+}
+
+impl StopLatency {
+    /// The bucket bounds: `2^k - 1` ns for k = 10..=30, about 1 µs to 1.07 s
+    /// (a SIGSTOP or freeze issued takes microseconds; a loaded node,
+    /// milliseconds).
+    pub const BOUNDS_NS: [u64; 21] = {
+        let mut b = [0u64; 21];
+        let mut i = 0;
+        while i < 21 {
+            b[i] = (1u64 << (10 + i)) - 1;
+            i += 1;
+        }
+        b
+    };
+
+    /// Reads `h` at [`StopLatency::BOUNDS_NS`].
+    pub fn from_histogram(h: &hwqos_core::ticker::LatencyHistogram) -> StopLatency {
+        let mut below = 0;
+        let buckets = Self::BOUNDS_NS
+            .iter()
+            .map(|&bound| {
+                let at_most = h.count_at_most(bound);
+                let n = at_most - below;
+                below = at_most;
+                (bound, n)
+            })
+            .collect();
+        StopLatency {
+            count: h.count(),
+            sum_ns: h.sum_ns(),
+            buckets,
+        }
+    }
 }
 
 /// The enforcing agent: one quota backend, the current contract and what
@@ -356,6 +408,7 @@ impl Agent {
             apply_errors: self.apply_errors,
             stop_latency_p50_ns: lat.as_ref().and_then(|h| h.percentile(50.0)),
             stop_latency_p99_ns: lat.as_ref().and_then(|h| h.percentile(99.0)),
+            stop_latency: lat.as_ref().map(StopLatency::from_histogram),
         }
     }
 

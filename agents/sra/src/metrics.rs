@@ -7,7 +7,8 @@ use crate::agent::AgentState;
 use hwqos_agent::{encode_gauge, encode_gauge_family};
 use hwqos_sched::backend::EventStats;
 use prometheus_client::collector::Collector;
-use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet};
+use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, NoLabelSet};
+use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Unit;
 
 pub use hwqos_agent::OPENMETRICS_CONTENT_TYPE as CONTENT_TYPE;
@@ -40,11 +41,6 @@ struct EventLabels {
 #[derive(EncodeLabelSet)]
 struct SourceLabels {
     source: &'static str,
-}
-
-#[derive(EncodeLabelSet)]
-struct QuantileLabels {
-    quantile: &'static str,
 }
 
 /// The families of one snapshot, written at each scrape.
@@ -208,19 +204,30 @@ impl Collector for Exposition {
             });
             encode_gauge_family(&mut encoder, name, help, None, samples)?;
         }
-        let quantiles = [
-            ("0.5", s.stop_latency_p50_ns),
-            ("0.99", s.stop_latency_p99_ns),
-        ];
-        encode_gauge_family(
-            &mut encoder,
+        // A histogram, not gauges with a `quantile` label (which promtool
+        // rejects): prometheus-client 0.26 writes no summaries.
+        let mut family = encoder.encode_descriptor(
             "stop_latency",
-            "Overflow signal read to throttle issued (agent route).",
-            Some(Unit::Seconds),
-            quantiles
-                .into_iter()
-                .filter_map(|(q, ns)| ns.map(|v| (QuantileLabels { quantile: q }, v as f64 / 1e9))),
-        )
+            "Overflow signal read to throttle issued (agent route), since start.",
+            Some(&Unit::Seconds),
+            MetricType::Histogram,
+        )?;
+        if let Some(lat) = &s.stop_latency {
+            let mut buckets: Vec<(f64, u64)> = lat
+                .buckets
+                .iter()
+                .map(|&(bound_ns, n)| (bound_ns as f64 / 1e9, n))
+                .collect();
+            let counted: u64 = lat.buckets.iter().map(|(_, n)| n).sum();
+            buckets.push((f64::INFINITY, lat.count - counted));
+            family.encode_histogram::<NoLabelSet>(
+                lat.sum_ns as f64 / 1e9,
+                lat.count,
+                &buckets,
+                None,
+            )?;
+        }
+        Ok(())
     }
 }
 
@@ -292,5 +299,92 @@ mod tests {
         let mut dedup = types.clone();
         dedup.dedup();
         assert_eq!(types.len(), dedup.len());
+    }
+}
+
+#[cfg(test)]
+mod stop_latency_tests {
+    use super::*;
+    use crate::agent::StopLatency;
+    use hwqos_core::ticker::LatencyHistogram;
+
+    /// Stop latencies are a histogram promtool accepts: buckets at
+    /// `2^k - 1` ns, cumulative, `+Inf` holding what is above 1.07 s, an
+    /// exact `_sum` and `_count` (promtool rejected the old gauge with a
+    /// `quantile` label).
+    #[test]
+    fn stop_latencies_are_a_valid_histogram() {
+        let mut h = LatencyHistogram::new();
+        for ns in [2_000u64, 2_000, 3_000_000, 5_000_000_000] {
+            h.record(ns);
+        }
+        let s = AgentState {
+            route: "agent".into(),
+            stop_latency: Some(StopLatency::from_histogram(&h)),
+            ..AgentState::default()
+        };
+        let text = render(&s);
+        let family: Vec<&str> = text
+            .lines()
+            .filter(|l| l.contains("hwqos_sra_stop_latency"))
+            .collect();
+        let mut expected = vec![
+            "# HELP hwqos_sra_stop_latency_seconds Overflow signal read to throttle issued (agent route), since start.".to_string(),
+            "# TYPE hwqos_sra_stop_latency_seconds histogram".into(),
+            "# UNIT hwqos_sra_stop_latency_seconds seconds".into(),
+            "hwqos_sra_stop_latency_seconds_sum 5.003004".into(),
+            "hwqos_sra_stop_latency_seconds_count 4".into(),
+        ];
+        // `2^k - 1` ns for k = 10..=30, in seconds, as the crate writes them.
+        let les = [
+            "0.000001023",
+            "0.000002047",
+            "0.000004095",
+            "0.000008191",
+            "0.000016383",
+            "0.000032767",
+            "0.000065535",
+            "0.000131071",
+            "0.000262143",
+            "0.000524287",
+            "0.001048575",
+            "0.002097151",
+            "0.004194303",
+            "0.008388607",
+            "0.016777215",
+            "0.033554431",
+            "0.067108863",
+            "0.134217727",
+            "0.268435455",
+            "0.536870911",
+            "1.073741823",
+        ];
+        for (i, le) in les.iter().enumerate() {
+            let n = match i + 10 {
+                10 => 0,      // 2 µs > 1023 ns
+                11..=21 => 2, // both 2 µs
+                _ => 3,       // and 3 ms (≤ 2^22 - 1 ns); 5 s only in +Inf
+            };
+            expected.push(format!(
+                "hwqos_sra_stop_latency_seconds_bucket{{le=\"{le}\"}} {n}"
+            ));
+        }
+        expected.push("hwqos_sra_stop_latency_seconds_bucket{le=\"+Inf\"} 4".into());
+        assert_eq!(family, expected, "{text}");
+        assert!(text.contains("_bucket{le=\"0.000002047\"} 2\n"), "{text}");
+        hwqos_testsupport::promtool_check_metrics(&text);
+    }
+
+    /// Without stop latencies (direct route) the family has no samples and
+    /// the page still passes promtool.
+    #[test]
+    fn no_stop_latency_no_samples() {
+        let text = render(&AgentState::default());
+        assert!(text.contains("# TYPE hwqos_sra_stop_latency_seconds histogram\n"));
+        assert!(
+            !text.contains("hwqos_sra_stop_latency_seconds_count"),
+            "{text}"
+        );
+        hwqos_testsupport::promtool_check_metrics(&text);
     }
 }

@@ -450,6 +450,97 @@ fn metrics_endpoint_shows_the_enforcement() {
     kill(&mut victim);
 }
 
+/// On the agent route the agent measures how long it takes from reading an
+/// overflow signal to issuing the throttle: `/metrics` reports it as the
+/// histogram `hwqos_sra_stop_latency_seconds` (`_bucket`, `_sum`, `_count`),
+/// consistent with itself, and the page passes `promtool check metrics`
+/// (the gauge with a `quantile` label it replaced did not).
+#[test]
+fn stop_latencies_on_the_agent_route_are_a_histogram_promtool_accepts() {
+    use std::io::BufRead;
+    let dir = tempfile::tempdir().unwrap();
+    let mut victim = leech();
+    let pid = victim.id();
+    let contract = write_contract(
+        dir.path(),
+        &format!(
+            r#"{{"schema":"hwqos.contract/1","entries":[
+              {{"name":"v","process":"pid:{pid}","period_us":10000,"quotas":{{"sw.page_faults":100}}}}]}}"#
+        ),
+    );
+    let mut agent = Command::new(bin())
+        .args([
+            "apply",
+            contract.to_str().unwrap(),
+            "--route",
+            "agent",
+            "--metrics-listen",
+            "127.0.0.1:0",
+            "--state-dir",
+        ])
+        .arg(dir.path().join("state"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = std::io::BufReader::new(agent.stderr.take().unwrap()).lines();
+    let addr = lines
+        .by_ref()
+        .map_while(Result::ok)
+        .find_map(|l| l.strip_prefix("metrics on ").map(str::to_string))
+        .expect("metrics address");
+    std::thread::spawn(move || for _ in lines {});
+    let value = |body: &str, series: &str| -> Option<f64> {
+        body.lines()
+            .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
+    };
+    let mut body = String::new();
+    wait_for(
+        "stop latencies in /metrics",
+        Duration::from_secs(60),
+        || {
+            body = http_get(&addr, "/metrics").expect("GET /metrics").body;
+            value(&body, "hwqos_sra_stop_latency_seconds_count").is_some_and(|n| n > 0.0)
+        },
+    );
+    assert!(
+        body.contains(
+            "hwqos_sra_info{backend=\"userspace\",throttle=\"sigstop\",route=\"agent\"} 1"
+        ),
+        "{body}"
+    );
+    assert!(
+        body.contains("# TYPE hwqos_sra_stop_latency_seconds histogram\n"),
+        "{body}"
+    );
+    assert!(!body.contains("quantile="), "{body}");
+    let count = value(&body, "hwqos_sra_stop_latency_seconds_count").unwrap();
+    let sum = value(&body, "hwqos_sra_stop_latency_seconds_sum").expect("_sum");
+    let inf = value(&body, "hwqos_sra_stop_latency_seconds_bucket{le=\"+Inf\"}").expect("+Inf");
+    assert_eq!(inf, count, "{body}");
+    // Each latency is positive and below a second on any machine that runs
+    // this test; the mean lies between the two.
+    assert!(
+        sum > 0.0 && sum / count < 1.0,
+        "sum {sum}, count {count}: {body}"
+    );
+    // Cumulative buckets never decrease and end at the count.
+    let buckets: Vec<f64> = body
+        .lines()
+        .filter(|l| l.starts_with("hwqos_sra_stop_latency_seconds_bucket{"))
+        .map(|l| l.rsplit(' ').next().unwrap().parse().unwrap())
+        .collect();
+    assert_eq!(buckets.len(), 22, "{body}");
+    assert!(buckets.windows(2).all(|w| w[0] <= w[1]), "{body}");
+    assert!(body.ends_with("# EOF\n"));
+    promtool_check_metrics(&body);
+    // SAFETY: kill(2) on a process of this test; no memory is involved.
+    unsafe { libc::kill(agent.id() as i32, libc::SIGTERM) };
+    assert!(agent.wait().unwrap().success());
+    assert_ne!(state(pid), Some('T'));
+    kill(&mut victim);
+}
+
 /// The cgroup v2 freezer path: the victim is moved into the agent's freezer
 /// cgroup and frozen; after `kill -9` of the agent the guardian thaws the
 /// cgroup and the victim makes progress again. Needs a writable cgroup2 mount

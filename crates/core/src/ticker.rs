@@ -776,6 +776,28 @@ impl LatencyHistogram {
         (self.count > 0).then_some(self.max)
     }
 
+    /// The exact sum of the recorded values, in nanoseconds.
+    pub fn sum_ns(&self) -> u128 {
+        self.sum
+    }
+
+    /// How many recorded values are at most `bound_ns`: the values of every
+    /// bucket that lies wholly at or below it. Exact when `bound_ns` is the
+    /// largest value of a bucket, as `2^k - 1` is for every `k` (what a
+    /// Prometheus histogram's `le` buckets are made of); otherwise values in
+    /// the bucket that straddles `bound_ns` are left out.
+    pub fn count_at_most(&self, bound_ns: u64) -> u64 {
+        // Buckets are contiguous and ascending: the first whose largest
+        // value exceeds the bound ends the sum.
+        let end = bucket_of(bound_ns);
+        let whole = if bucket_range(end).1 == bound_ns {
+            end + 1
+        } else {
+            end
+        };
+        self.counts[..whole].iter().sum()
+    }
+
     /// The exact mean of the recorded values.
     pub fn mean(&self) -> Option<f64> {
         (self.count > 0).then(|| self.sum as f64 / self.count as f64)
@@ -937,5 +959,27 @@ mod tests {
         for i in 1..BUCKETS {
             assert_eq!(bucket_range(i).0, bucket_range(i - 1).1 + 1, "bucket {i}");
         }
+    }
+
+    #[test]
+    fn counts_at_most_a_bound_are_exact_on_bucket_edges() {
+        let mut h = LatencyHistogram::new();
+        for v in [5u64, 1023, 1024, 1025, 2047, 2048, 1_000_000] {
+            h.record(v);
+        }
+        assert_eq!(h.sum_ns(), 5 + 1023 + 1024 + 1025 + 2047 + 2048 + 1_000_000);
+        assert_eq!(h.count_at_most(4), 0);
+        assert_eq!(h.count_at_most(5), 1);
+        // 2^k - 1 is the largest value of a bucket: exact.
+        assert_eq!(h.count_at_most(1023), 2);
+        assert_eq!(h.count_at_most(2047), 5);
+        assert_eq!(h.count_at_most((1 << 20) - 1), 7);
+        assert_eq!(h.count_at_most(u64::MAX), 7);
+        // 1024 and 1025 share the bucket [1024, 1087]: a bound inside it
+        // leaves the whole bucket out.
+        assert_eq!(bucket_range(bucket_of(1024)), (1024, 1087));
+        assert_eq!(h.count_at_most(1030), 2);
+        assert_eq!(h.count_at_most(1087), 4);
+        assert_eq!(LatencyHistogram::new().count_at_most(u64::MAX), 0);
     }
 }
