@@ -22,7 +22,8 @@ cd "$(dirname "$0")/../.."
 repeats=${1:-3}
 command -v stress-ng >/dev/null || { echo "install stress-ng (apt-get install stress-ng)" >&2; exit 2; }
 export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-target}
-cargo build --release --quiet -p hwqos-loadgen
+# HWQOS_NO_BUILD=1: measure the binary already built (scripts/anchors.sh builds first)
+[ "${HWQOS_NO_BUILD:-}" = 1 ] || cargo build --release --quiet -p hwqos-loadgen
 bin=$CARGO_TARGET_DIR/release/hwqos-loadgen
 out=${LOADGEN_STRESSNG_OUT:-docs/experiments/results/loadgen_stressng}
 mkdir -p "$out"
