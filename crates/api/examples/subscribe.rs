@@ -44,8 +44,7 @@ fn main() -> Result<(), ApiError> {
             .samples
             .iter()
             .filter(|s| s.metric.as_str() == "sw.page_faults")
-            .map(|s| s.value)
-            .sum();
+            .fold(0.0, |sum, s| sum + s.value);
         println!(
             "frame seq={} samples={} sw.page_faults={page_faults}",
             frame.seq,
