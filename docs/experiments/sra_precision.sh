@@ -131,6 +131,8 @@ lines.append(f"task-clock quota 5 ms / 10 ms (direct): per-period CPU time (kern
 res["taskclock_per_10ms_period_ms"]["p1"] = pct(tc, 1)
 res["taskclock_per_10ms_period_ms"]["min"] = min(tc)
 res["taskclock_per_10ms_period_ms"]["stdev"] = st.pstdev(tc)
+res["taskclock_per_10ms_period_ms"]["periods_over_1.02_budget"] = sum(t > 5 * 1.02 for t in tc)
+res["taskclock_per_10ms_period_ms"]["periods_within_2pct_of_budget"] = sum(abs(t - 5) <= 0.1 for t in tc)
 try:
     agent_ms = next(float(l.split(",")[0]) for l in open(f"{tmp}/apply-cpu.txt") if "task-clock" in l)
     res["agent_cpu"] = {"task_clock_ms": agent_ms, "seconds": secs, "share_of_one_cpu": agent_ms / 1e3 / secs}
@@ -142,6 +144,7 @@ for l in open(f"{tmp}/share.jsonl"):
     res.setdefault("share", []).append({"label": d["label"], "share": d["share"], "min_100ms": min(w), "max_100ms": max(w), "stdev_100ms": st.pstdev(w)})
     lines.append(f"{d['label']}: long-run share {d['share']:.4f}; per 100 ms window min {min(w):.3f} max {max(w):.3f} stdev {st.pstdev(w):.4f}")
 lines.append("cfs cpu.stat: " + " ".join(open(f"{tmp}/cpu.stat").read().split()))
+res["cfs_cpu_stat"] = {k: int(v) for k, v in (l.split() for l in open(f"{tmp}/cpu.stat") if len(l.split()) == 2)}
 open(f"{out}/sra_precision.txt", "w").write("\n".join(lines) + "\n")
 json.dump(res, open(f"{out}/sra_precision.json", "w"), indent=1)
 print("\n".join(lines))
