@@ -31,9 +31,11 @@
 # bc) when they are missing. About 12 minutes on a 2-vCPU VM.
 #
 # Usage: scripts/anchors.sh [--reps N] [--only monitor,loadgen,relay,sra]
-#                           [--out FILE] [--results DIR]
+#                           [--out FILE] [--results DIR] [--no-build]
 #   --reps N     repetitions of the monitor and relay comparisons (default 5)
 #   --only LIST  run only these parts (the others are listed as not run)
+#   --no-build   measure the release binaries already in target/release (the
+#                document then says so, with their build times)
 # Not part of scripts/test.sh: it measures, it does not test.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -43,6 +45,7 @@ REPS=5
 ONLY="monitor,loadgen,relay,sra"
 OUT=docs/anchors.md
 RESULTS=docs/experiments/results/anchors
+BUILD=1
 ARGS="$*"
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -50,6 +53,7 @@ while [ $# -gt 0 ]; do
     --only) ONLY="$2"; shift 2 ;;
     --out) OUT="$2"; shift 2 ;;
     --results) RESULTS="$2"; shift 2 ;;
+    --no-build) BUILD=0; shift ;;
     -h|--help) sed -n '2,38p' "$0"; exit 0 ;;
     *) echo "anchors.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
@@ -134,9 +138,17 @@ want monitor && bins+=(-p hwqos-monitor)
 want loadgen && bins+=(-p hwqos-loadgen)
 want relay && bins+=(-p hwqos-relay)
 want sra && bins+=(-p hwqos-sra)
-cargo build --release -q "${bins[@]}" --bins || die "cargo build --release failed"
 REL=$ROOT/target/release
 [ -n "${CARGO_TARGET_DIR:-}" ] && REL=$CARGO_TARGET_DIR/release
+if [ "$BUILD" = 1 ]; then
+  cargo build --release -q "${bins[@]}" --bins || die "cargo build --release failed"
+  echo "built=this run" >> "$W/machine.txt"
+else
+  for b in hwqos-spinload hwqos-monitor hwqos-loadgen hwqos-relay hwqos-sra; do
+    [ -x "$REL/$b" ] || die "--no-build: $REL/$b is missing; build it first (cargo build --release ${bins[*]} --bins)"
+  done
+  echo "built=not rebuilt (--no-build): binaries in target/release built $(cd "$REL" && stat -c '%n %y' hwqos-spinload hwqos-monitor hwqos-loadgen hwqos-relay hwqos-sra | cut -c1-36 | sed 's/\.[0-9]*$//' | paste -sd, - | sed 's/,/, /g')" >> "$W/machine.txt"
+fi
 
 section() { # name: marks a part's start in load.txt
   echo "$1 start $(date -u +%T) loadavg $(loadavg)" >> "$W/load.txt"
@@ -203,7 +215,8 @@ t_end=$(date +%s)
 mkdir -p "$RESULTS"
 for f in machine.txt load.txt monitor.json monitor.log loadgen/stressng.csv loadgen.log relay.txt relay.log \
          sra/sra_precision.json sra/sra_precision.txt sra.log; do
-  [ -f "$W/$f" ] && cp "$W/$f" "$RESULTS/$(echo "$f" | tr / _)"
+  name=${f/loadgen\//loadgen_}; name=${name#sra/}
+  if [ -f "$W/$f" ]; then cp "$W/$f" "$RESULTS/$name"; fi
 done
 python3 - "$W" "$OUT" "$((t_end - t_start))" "scripts/anchors.sh${ARGS:+ $ARGS}" "$ONLY" "$RELAY_CODECS" "$RESULTS" "${failed[*]:-}" <<'PY'
 import json, os, statistics as st, sys, collections, csv
@@ -246,6 +259,7 @@ P(f"- **Machine:** {m.get('model')}, {m.get('cpus')} vCPUs ({m.get('threads_per_
   f"{', ' + m['hypervisor'] + ' guest' if m.get('hypervisor') else ''}), {m.get('memory')}, "
   f"kernel {m.get('kernel')}; {m.get('perf')}, {m.get('stressng')}, {m.get('zstd')}, {m.get('rustc')}; "
   f"hwqos at commit {m.get('commit')}"
+  + (f" ({m['built']})" if m.get("built", "this run") != "this run" else "")
   + (f" with {m.get('dirty')} uncommitted tracked files in the checkout (other work in progress on the shared machine)"
      if m.get('dirty', '0') != '0' else "") + ".")
 la0 = [l for l in load if l[0] == "start"][0]
