@@ -102,9 +102,11 @@ pub enum Command {
         metrics_listen: Option<String>,
     },
     /// Agent mode (systemd): replay the configured model until SIGTERM,
-    /// measuring it and serving `/metrics` (`[metrics]` in the configuration).
+    /// measuring it and serving `/metrics` (`[metrics]` in the configuration);
+    /// with `[run] model_dir`, the best model of that directory, switching
+    /// when it changes.
     Run {
-        /// Model file (default: `[run] model` of the configuration).
+        /// Model file (default: `[run] model`, else `[run] model_dir`).
         model: Option<PathBuf>,
         /// Replay the recorded time series.
         #[arg(long)]
@@ -115,6 +117,16 @@ pub enum Command {
     },
     /// Check the configuration and exit (0: valid, 2: invalid).
     CheckConfig,
+    /// Check every model of a directory as `run` reads `[run] model_dir`
+    /// (each file ok or why not, and which one `run` would replay); exit 2
+    /// when any file is invalid.
+    ValidateDir {
+        /// The directory.
+        dir: PathBuf,
+        /// Accept models made on another CPU model (as `[run] force`).
+        #[arg(long)]
+        force: bool,
+    },
     /// Run generators open loop at fixed knobs (a background load, or a
     /// workload to record): `--knob METRIC@CPU=VALUE`, repeatable.
     Generate {

@@ -38,6 +38,7 @@ pub mod metrics;
 use anyhow::Context as _;
 use cli::{Cli, Command, LoopArgs};
 use hwqos_agent::lifecycle::{bad_input, ConfigError, Heartbeat, ServiceManager, StopSignals};
+use hwqos_agent::watched::{Limits, WatchedDir, WatchedFiles};
 use hwqos_loadsynth::config::{LoadConfig, SafetyCaps};
 use hwqos_loadsynth::control::PairStatus;
 use hwqos_loadsynth::gate;
@@ -55,7 +56,7 @@ use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// The program name in messages.
 const AGENT: &str = "hwqos-loadgen";
@@ -68,6 +69,12 @@ pub struct RunSection {
     /// replays when its command line names none. No default: until it is
     /// set, `check-config` and `run` exit 2 naming `[run] model`.
     pub model: Option<PathBuf>,
+    /// A directory of models distributed by a configuration tool (instead
+    /// of `model`): `run` replays the valid model of highest `version`
+    /// there, switches when a better one arrives (inotify) and keeps the one
+    /// replaying when a new file is invalid (`hwqos_core::watch_dir`'s rule;
+    /// `hwqos-loadgen validate-dir DIR` checks one).
+    pub model_dir: Option<PathBuf>,
     /// Replay the model's recorded time series, not just its means (default
     /// off).
     pub dynamic: bool,
@@ -233,8 +240,15 @@ fn execute(
         || config_path.map_or("the configuration".into(), |p| p.display().to_string());
     match cmd {
         Command::CheckConfig => {
+            if config.run.model.is_some() && config.run.model_dir.is_some() {
+                return Err(bad_input(format!(
+                    "{}: [run] model and [run] model_dir are both set; keep one",
+                    config_name()
+                )));
+            }
             // The agent's model must exist and load: the unit runs this
-            // before `run` (exit 2 stops systemd from restarting it).
+            // before `run` (exit 2 stops systemd from restarting it). A
+            // model directory may still be empty: `run` waits for a model.
             if let Some(m) = &config.run.model {
                 LoadModel::load(m).map_err(|e| {
                     bad_input(format!(
@@ -323,13 +337,15 @@ fn execute(
             dynamic,
             metrics_listen,
         } => {
-            let model = model.or_else(|| config.run.model.clone()).ok_or_else(|| {
-                bad_input(format!(
-                    "no model to replay: set [run] model in {} or give one as an argument \
-                     (make one with `hwqos-loadgen synthesize TARGETS -o FILE`; docs/loadgen.md)",
+            let model = model.or_else(|| config.run.model.clone());
+            if model.is_none() && config.run.model_dir.is_none() {
+                return Err(bad_input(format!(
+                    "no model to replay: set [run] model or [run] model_dir in {} or give one \
+                     as an argument (make one with `hwqos-loadgen synthesize TARGETS -o FILE`; \
+                     docs/loadgen.md)",
                     config_name()
-                ))
-            })?;
+                )));
+            }
             let service = ServiceManager::from_env();
             service.status("loading model");
             let args = ReplayArgs {
@@ -348,7 +364,29 @@ fn execute(
                         .then(|| config.metrics.listen.clone())
                 }),
             };
-            replay(&model, &args, &cfg, stop, Some(service))
+            match (model, &config.run.model_dir) {
+                (Some(model), _) => replay(&model, &args, &cfg, stop, Some(service)),
+                (None, Some(dir)) => {
+                    run_model_dir(dir, config.run.force, &args, &cfg, stop, service)
+                }
+                (None, None) => unreachable!("checked above"),
+            }
+        }
+        Command::ValidateDir { dir, force } => {
+            let scan = model_dir(&dir, force || config.run.force)?
+                .rescan()
+                .map_err(|e| bad_input(format!("model directory {}: {e}", dir.display())))?;
+            let (report, all_valid) = hwqos_agent::watched::report(&scan, "load model", "replay");
+            print!("{report}");
+            if !all_valid {
+                return Err(bad_input(format!(
+                    "{}: {} of {} model file(s) rejected",
+                    dir.display(),
+                    scan.rejected().count(),
+                    scan.files.len()
+                )));
+            }
+            Ok(())
         }
         Command::Generate { knobs, duration } => {
             let mut pairs = Vec::new();
@@ -716,10 +754,35 @@ fn replay(
     stop: &StopFlag,
     service: Option<Arc<ServiceManager>>,
 ) -> anyhow::Result<()> {
-    let agent = service.is_some();
     let model = LoadModel::load(model_path).map_err(failed)?;
-    let mode = if agent { "run" } else { "replay" };
+    let mode = if service.is_some() { "run" } else { "replay" };
     let (state, server) = start_metrics(a.metrics_listen.as_deref(), mode, model_path)?;
+    replay_loaded(
+        &model,
+        model_path,
+        a,
+        cfg,
+        stop,
+        state,
+        server.is_some(),
+        service,
+    )
+}
+
+/// Replays a loaded model (read from `model_path`), reporting to `state`
+/// (and `/metrics` when `serving`) and to systemd when `service` is given.
+#[allow(clippy::too_many_arguments)]
+fn replay_loaded(
+    model: &LoadModel,
+    model_path: &Path,
+    a: &ReplayArgs,
+    cfg: &LoadConfig,
+    stop: &StopFlag,
+    state: metrics::SharedLoopState,
+    serving: bool,
+    service: Option<Arc<ServiceManager>>,
+) -> anyhow::Result<()> {
+    let agent = service.is_some();
     let closed = !a.open_loop;
     // Closed loop (the default) measures all along; open loop only for
     // --verify or /metrics. A measurement that cannot start is fatal for
@@ -727,7 +790,7 @@ fn replay(
     // (it replays the knobs open loop) and /metrics.
     let measuring = if a.verify || (closed && !agent) {
         Measuring::Required
-    } else if server.is_some() || closed {
+    } else if serving || closed {
         Measuring::IfPossible
     } else {
         Measuring::Never
@@ -759,7 +822,7 @@ fn replay(
         model_path: model_path.to_path_buf(),
     };
     let report =
-        workflow::replay::replay(&model, &opts, cfg, stop, &mut reporter).map_err(|e| match e {
+        workflow::replay::replay(model, &opts, cfg, stop, &mut reporter).map_err(|e| match e {
             LoadError::Measure(m) if measuring == Measuring::Required && !a.verify => {
                 anyhow::anyhow!("{m} (--open-loop replays the knobs without measuring)")
             }
@@ -797,6 +860,166 @@ fn replay(
         }
     }
     Ok(())
+}
+
+/// A model directory whose files are checked as [`LoadModel::check_for`]
+/// does against this node.
+fn model_dir(dir: &Path, force: bool) -> anyhow::Result<WatchedDir<LoadModel>> {
+    let node = workflow::this_node().map_err(failed)?;
+    Ok(WatchedDir::new(
+        dir,
+        Limits::default(),
+        Box::new(move |path, _| LoadModel::check_for(path, &node, force)),
+    ))
+}
+
+/// How often `run` rescans a model directory without an inotify event (a
+/// lost watch, a directory created later).
+const MODEL_DIR_RESCAN: Duration = Duration::from_secs(5);
+
+/// `run` with `[run] model_dir`: replays the directory's best model; when a
+/// different valid file becomes the best (a higher version arrives, the one
+/// replaying is removed or rewritten while another is valid), stops that
+/// replay — its generators end — and starts the new one. An invalid file
+/// changes nothing, and a directory left with no valid model keeps the one
+/// replaying. A model whose replay fails is not retried until the
+/// directory's choice changes. `/metrics` stays up throughout.
+fn run_model_dir(
+    dir: &Path,
+    force: bool,
+    a: &ReplayArgs,
+    cfg: &LoadConfig,
+    stop: &StopFlag,
+    service: Arc<ServiceManager>,
+) -> anyhow::Result<()> {
+    let mut files = WatchedFiles::new(model_dir(dir, force)?, "load model");
+    let (state, server) = start_metrics(a.metrics_listen.as_deref(), "run", dir)?;
+    state
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .model_dir_rejected = Some(0);
+    let mut heartbeat = service.heartbeat();
+    let mut failed_model: Option<Arc<LoadModel>> = None;
+    let mut waiting_said = false;
+    while !stop.is_stopped() {
+        files.ensure_watch();
+        let best = rescan_counted(&mut files, &state).and_then(|s| {
+            s.chosen()
+                .map(|(f, m)| (f.path.clone(), f.name.clone(), m.clone()))
+        });
+        let Some((path, name, model)) =
+            best.filter(|(_, _, m)| !failed_model.as_ref().is_some_and(|f| Arc::ptr_eq(f, m)))
+        else {
+            if !waiting_said {
+                let line = format!("waiting for a valid load model in {}", dir.display());
+                tracing::info!("{line}");
+                service.ready(&line);
+                waiting_said = true;
+            }
+            wait_for_change(&mut files, stop, &mut heartbeat);
+            continue;
+        };
+        waiting_said = false;
+        failed_model = None;
+        tracing::info!(
+            dir = %dir.display(),
+            file = %name,
+            version = model.version,
+            "replaying the model directory's best load model"
+        );
+        // The previous model's pairs go with it.
+        {
+            let mut s = state.lock().unwrap_or_else(|p| p.into_inner());
+            let rejected = s.model_dir_rejected;
+            *s = metrics::LoopState::new("run", &path.display().to_string());
+            s.model_dir_rejected = rejected;
+        }
+        // The watcher ends this replay when the directory's choice changes
+        // or the agent stops.
+        let this_run = StopFlag::new();
+        let watcher = {
+            let (this_run, stop, replaying, state) =
+                (this_run.clone(), stop.clone(), model.clone(), state.clone());
+            std::thread::Builder::new()
+                .name("model-dir".into())
+                .spawn(move || {
+                    let mut last_scan = Instant::now();
+                    while !this_run.is_stopped() {
+                        std::thread::sleep(Duration::from_millis(100));
+                        if stop.is_stopped() {
+                            break;
+                        }
+                        if !files.poll() && last_scan.elapsed() < MODEL_DIR_RESCAN {
+                            continue;
+                        }
+                        last_scan = Instant::now();
+                        files.ensure_watch();
+                        // A directory left without a valid model keeps
+                        // the one replaying, as the SRA agent keeps its
+                        // contract.
+                        let changed = rescan_counted(&mut files, &state).is_some_and(|s| {
+                            s.chosen().is_some_and(|(_, m)| !Arc::ptr_eq(m, &replaying))
+                        });
+                        if changed {
+                            tracing::info!("the model directory's best load model changed");
+                            break;
+                        }
+                    }
+                    this_run.stop();
+                    files
+                })
+                .map_err(|e| anyhow::anyhow!("starting the model directory watcher: {e}"))?
+        };
+        let result = replay_loaded(
+            &model,
+            &path,
+            a,
+            cfg,
+            &this_run,
+            state.clone(),
+            server.is_some(),
+            Some(service.clone()),
+        );
+        this_run.stop();
+        files = watcher
+            .join()
+            .map_err(|_| anyhow::anyhow!("the model directory watcher panicked"))?;
+        if let Err(e) = result {
+            tracing::error!(file = %name, error = %format!("{e:#}"), "replaying the load model failed; waiting for another");
+            failed_model = Some(model);
+        }
+    }
+    Ok(())
+}
+
+/// Rescans the model directory, adding its new rejections to `/metrics`.
+fn rescan_counted(
+    files: &mut WatchedFiles<LoadModel>,
+    state: &metrics::SharedLoopState,
+) -> Option<hwqos_agent::watched::Scan<LoadModel>> {
+    let scan = files.rescan()?;
+    if !scan.new_rejections.is_empty() {
+        let mut s = state.lock().unwrap_or_else(|p| p.into_inner());
+        *s.model_dir_rejected.get_or_insert(0) += scan.new_rejections.len() as u64;
+    }
+    Some(scan)
+}
+
+/// Waits until the watched directory may have changed (an inotify event,
+/// or [`MODEL_DIR_RESCAN`] passed) or the agent stops, feeding the watchdog.
+fn wait_for_change(
+    files: &mut WatchedFiles<LoadModel>,
+    stop: &StopFlag,
+    heartbeat: &mut Heartbeat,
+) {
+    let since = Instant::now();
+    while !stop.is_stopped() && since.elapsed() < MODEL_DIR_RESCAN {
+        heartbeat.beat();
+        if files.poll() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
 }
 
 /// `gate`: runs the library's gate, prints each run on stderr and the report

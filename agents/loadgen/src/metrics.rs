@@ -51,6 +51,9 @@ pub struct LoopState {
     pub pairs: BTreeMap<(String, u32), PairGauges>,
     /// Control or measurement intervals done.
     pub samples: u64,
+    /// With `[run] model_dir`: files of the directory rejected since start
+    /// (`None` without one).
+    pub model_dir_rejected: Option<u64>,
 }
 
 impl LoopState {
@@ -199,7 +202,17 @@ impl Collector for Exposition {
             "Control or measurement intervals done.",
             None,
             Some(s.samples),
-        )
+        )?;
+        if let Some(rejected) = s.model_dir_rejected {
+            encode_gauge(
+                &mut encoder,
+                "model_dir_rejected",
+                "Files of the model directory rejected (bad JSON, failed validation, another node's model, too big, not a regular file) since start.",
+                None,
+                Some(rejected),
+            )?;
+        }
+        Ok(())
     }
 }
 

@@ -55,6 +55,7 @@ fn model(share: f64) -> LoadModel {
     let m = LoadModel {
         schema: MODEL_SCHEMA.into(),
         created: "2026-01-01T00:00:00Z".into(),
+        version: 0,
         node,
         convergence_s: 0.0,
         samples: 0,

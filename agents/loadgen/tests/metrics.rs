@@ -2,6 +2,7 @@
 //! every `hwqos_loadgen_*` family in OpenMetrics text, with the model's
 //! targets and knobs, measured values and an error ratio that agree, and
 //! `promtool check metrics` accepts the exposition when promtool is installed.
+//! `run` with `[run] model_dir` is observed through the same endpoint.
 
 use hwqos_testsupport::{http_get, promtool_check_metrics};
 use std::io::{BufRead, BufReader};
@@ -19,18 +20,34 @@ fn write(dir: &Path, name: &str, text: &str) -> String {
 
 /// A valid model of this node: one CPU-utilization pair on CPU 0.
 fn model_json() -> String {
+    versioned_model(0, 0, 0.05)
+}
+
+/// A model of this node of version `version`: one CPU-utilization pair on
+/// `cpu` with `target` (knob 0.01 below it).
+fn versioned_model(version: u64, cpu: u32, target: f64) -> String {
     let node = hwqos_topology::HardwareModel::this_node().unwrap();
+    let knob = target - 0.01;
     let entry = serde_json::json!({
-        "metric": "cpu_util", "cpu": 0, "target": 0.05, "knob": 0.04,
-        "controller": {"gains": {"kp": 0.3, "ki": 1.5, "kd": 0.0}, "bias": 0.05,
-                       "integral": 0.0, "knob": 0.04, "range": [0.0, 0.95]},
+        "metric": "cpu_util", "cpu": cpu, "target": target, "knob": knob,
+        "controller": {"gains": {"kp": 0.3, "ki": 1.5, "kd": 0.0}, "bias": target,
+                       "integral": 0.0, "knob": knob, "range": [0.0, 0.95]},
         "tolerance": [0.01, 0.0], "series": []
     });
     serde_json::json!({
-        "schema": "hwqos.loadmodel/1", "created": "x", "node": node,
+        "schema": "hwqos.loadmodel/1", "created": "x", "version": version, "node": node,
         "convergence_s": 1.0, "samples": 4, "period_s": 0.25, "entries": [entry]
     })
     .to_string()
+}
+
+/// Writes `name` into `dir` as a distributor should: a dotfile renamed.
+fn put_atomically(dir: &Path, name: &str, text: &str) -> String {
+    let tmp = dir.join(format!(".{name}.tmp"));
+    std::fs::write(&tmp, text).unwrap();
+    let path = dir.join(name);
+    std::fs::rename(&tmp, &path).unwrap();
+    path.display().to_string()
 }
 
 /// Reads the child's stderr until `metrics on ADDR`; the rest of stderr is
@@ -61,11 +78,18 @@ fn value(body: &str, series: &str) -> Option<f64> {
         .map(|v| v.parse().unwrap())
 }
 
-/// Scrapes until `done` holds for the body (the agent must stay alive).
+/// Scrapes until `done` holds for the body (the agent must stay alive);
+/// fails with the last body after 60 s.
 fn scrape_until(child: &mut Child, addr: &str, done: impl Fn(&str) -> bool) -> String {
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
     loop {
         if let Some(status) = child.try_wait().unwrap() {
             panic!("the agent exited early: {status}");
+        }
+        if std::time::Instant::now() > deadline {
+            let last = scrape(addr).1;
+            let _ = child.kill();
+            panic!("not seen within 60 s; last /metrics:\n{last}");
         }
         let (ctype, body) = scrape(addr);
         assert_eq!(
@@ -229,4 +253,85 @@ fn bad_listen_address_is_named() {
             && err.contains("found \"localhost\""),
         "{err}"
     );
+}
+
+/// `[run] model_dir`: `run` serves `/metrics` while the directory is empty,
+/// replays the valid model of highest version, keeps it when an invalid file
+/// of a higher version arrives (counted in
+/// `hwqos_loadgen_model_dir_rejected`) and switches when a better valid one
+/// arrives; `validate-dir` reports the same choice and exits 2 for the bad
+/// file.
+#[test]
+fn run_replays_the_best_model_of_its_directory() {
+    let dir = tempfile::tempdir().unwrap();
+    let models = dir.path().join("models.d");
+    std::fs::create_dir(&models).unwrap();
+    let cfg = write(
+        dir.path(),
+        "c.toml",
+        &format!(
+            "[run]\nmodel_dir = \"{}\"\nopen_loop = true\n[metrics]\nlisten = \"127.0.0.1:0\"\n",
+            models.display()
+        ),
+    );
+    let mut child = Command::new(BIN)
+        .args(["--config", &cfg, "run"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let addr = metrics_addr(&mut child);
+    let pair = "{metric=\"cpu_util\",cpu=\"0\"}";
+    let target = format!("hwqos_loadgen_target{pair}");
+    let replaying = |b: &str, file: &str| {
+        b.contains(&format!(
+            "hwqos_loadgen_info{{mode=\"run\",model=\"{file}\"}} 1\n"
+        ))
+    };
+
+    // Empty: served, nothing replayed.
+    let body = scrape_until(&mut child, &addr, |b| {
+        value(b, "hwqos_loadgen_model_dir_rejected") == Some(0.0)
+    });
+    assert_eq!(value(&body, &target), None, "{body}");
+
+    let a = put_atomically(&models, "a.json", &versioned_model(1, 0, 0.05));
+    scrape_until(&mut child, &addr, |b| {
+        replaying(b, &a) && value(b, &target) == Some(0.05)
+    });
+
+    // A higher version for a CPU this node does not have: rejected, and the
+    // replay goes on with a.json.
+    put_atomically(&models, "b.json", &versioned_model(5, 9999, 0.05));
+    let body = scrape_until(&mut child, &addr, |b| {
+        value(b, "hwqos_loadgen_model_dir_rejected") == Some(1.0)
+    });
+    assert!(replaying(&body, &a), "{body}");
+    assert_eq!(value(&body, &target), Some(0.05));
+
+    let c = put_atomically(&models, "c.json", &versioned_model(3, 0, 0.07));
+    let body = scrape_until(&mut child, &addr, |b| {
+        replaying(b, &c) && value(b, &target) == Some(0.07)
+    });
+    let knob = value(&body, &format!("hwqos_loadgen_knob{pair}")).expect("knob");
+    assert!((knob - 0.06).abs() < 1e-12, "{knob}");
+    assert_eq!(value(&body, "hwqos_loadgen_model_dir_rejected"), Some(1.0));
+    promtool_check_metrics(&body);
+
+    let out = Command::new(BIN)
+        .args(["validate-dir", &models.display().to_string()])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(2), "{stdout}");
+    assert!(stdout.contains("a.json: ok v1\n"), "{stdout}");
+    assert!(
+        stdout.contains("b.json: rejected: ") && stdout.contains("CPU 9999, which is not online"),
+        "{stdout}"
+    );
+    assert!(stdout.ends_with("would replay: c.json (v3)\n"), "{stdout}");
+
+    sigterm(&child);
+    let status = child.wait().unwrap();
+    assert!(status.success(), "exit after SIGTERM: {status}");
 }

@@ -237,9 +237,16 @@ pub struct DecideArgs {
     /// Root holding sys/ and proc/ of the hardware model (default: this machine).
     #[arg(long, default_value = "/")]
     pub topology_root: PathBuf,
-    /// Write the contract here (default: print it).
+    /// Write the contract here (default: print it), atomically: a
+    /// temporary dotfile renamed over it, so an agent watching the directory
+    /// (`[agent] contract_dir`) never sees a partial file.
     #[arg(long)]
     pub out: Option<PathBuf>,
+    /// The contract's version (agents watching a contract directory apply
+    /// the valid contract of highest version; 0 is what an agent reports
+    /// before any contract).
+    #[arg(long, default_value_t = 0)]
+    pub version: u64,
 }
 
 /// `find-limit`'s arguments.

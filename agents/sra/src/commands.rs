@@ -376,7 +376,8 @@ pub fn decide(a: DecideArgs) -> anyhow::Result<()> {
     let model = SensitivityModel::load(&a.model).map_err(|e| bad_input(e.to_string()))?;
     let topo =
         hwqos_topology::Topology::read(&a.topology_root).map_err(|e| bad_input(e.to_string()))?;
-    let d = hwqos_sched::decision::decide(&topo, &model)?;
+    let mut d = hwqos_sched::decision::decide(&topo, &model)?;
+    d.contract.version = a.version;
     for e in &d.contract.entries {
         println!("{} → CPUs {:?}", e.process, e.affinity);
         for line in &e.explanation {
@@ -385,9 +386,8 @@ pub fn decide(a: DecideArgs) -> anyhow::Result<()> {
     }
     let json = d.contract.to_json();
     match &a.out {
-        Some(p) => {
-            std::fs::write(p, json + "\n").with_context(|| format!("writing {}", p.display()))?
-        }
+        Some(p) => hwqos_core::fs::write_atomic(p, (json + "\n").as_bytes(), 0o644)
+            .with_context(|| format!("writing {}", p.display()))?,
         None => println!("{json}"),
     }
     Ok(())
@@ -494,42 +494,12 @@ pub fn thaw(state_dir: &Path) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The report of `hwqos-sra validate-dir`: one line per candidate file
-/// (`NAME: ok vVERSION` or `NAME: rejected: REASON`), then the file `run`
-/// would apply; and whether every file is valid.
-pub fn contract_dir_report(scan: &hwqos_sched::contract_dir::Scan) -> (String, bool) {
-    use std::fmt::Write as _;
-    let mut out = String::new();
-    for f in &scan.files {
-        match &f.content {
-            Ok(c) => writeln!(out, "{}: ok v{}", f.name, c.version),
-            Err(reason) => writeln!(out, "{}: rejected: {reason}", f.name),
-        }
-        .expect("writing to a String");
-    }
-    if scan.left_out > 0 {
-        writeln!(
-            out,
-            "{} more file(s) after the first {} by name are not read",
-            scan.left_out,
-            hwqos_sched::contract_dir::MAX_FILES
-        )
-        .expect("writing to a String");
-    }
-    match scan.chosen() {
-        Some((f, c)) => writeln!(out, "would apply: {} (v{})", f.name, c.version),
-        None => writeln!(out, "would apply: nothing (no valid contract)"),
-    }
-    .expect("writing to a String");
-    (out, scan.rejected().next().is_none())
-}
-
 /// `hwqos-sra validate-dir`: checks every contract of a directory as `run`
 /// reads them; exit 2 when any is invalid.
 pub fn validate_dir(dir: &Path) -> anyhow::Result<()> {
     let scan = hwqos_sched::contract_dir::scan(dir, Default::default())
         .map_err(|e| bad_input(format!("contract directory: {e}")))?;
-    let (report, all_valid) = contract_dir_report(&scan);
+    let (report, all_valid) = hwqos_agent::watched::report(&scan, "contract", "apply");
     print!("{report}");
     if !all_valid {
         return Err(bad_input(format!(

@@ -5,7 +5,8 @@
 //! out beyond the bound when their number changes. What to do with the
 //! chosen document (apply a contract, replay a model) is the caller's.
 
-use hwqos_core::watch_dir::{DirWatch, Scan, WatchedDir};
+use hwqos_core::watch_dir::DirWatch;
+pub use hwqos_core::watch_dir::{Limits, Scan, Versioned, WatchedDir};
 
 /// A watched directory of one kind of document, with its log.
 #[derive(Debug)]
@@ -112,4 +113,36 @@ impl<T> WatchedFiles<T> {
         }
         Some(scan)
     }
+}
+
+/// What a `validate-dir` command prints: one line per candidate file
+/// (`NAME: ok vVERSION` or `NAME: rejected: REASON`), a line for the files
+/// left out beyond the bound, then the file the agent would `verb` (`would
+/// apply: NAME (vVERSION)`, or `nothing (no valid WHAT)`); and whether every
+/// file is valid.
+pub fn report<T: Versioned>(scan: &Scan<T>, what: &str, verb: &str) -> (String, bool) {
+    use std::fmt::Write as _;
+    let mut out = String::new();
+    for f in &scan.files {
+        match &f.content {
+            Ok(c) => writeln!(out, "{}: ok v{}", f.name, c.version()),
+            Err(reason) => writeln!(out, "{}: rejected: {reason}", f.name),
+        }
+        .expect("writing to a String");
+    }
+    if scan.left_out > 0 {
+        writeln!(
+            out,
+            "{} more file(s) after the first {} by name are not read",
+            scan.left_out,
+            hwqos_core::watch_dir::MAX_FILES
+        )
+        .expect("writing to a String");
+    }
+    match scan.chosen() {
+        Some((f, c)) => writeln!(out, "would {verb}: {} (v{})", f.name, c.version()),
+        None => writeln!(out, "would {verb}: nothing (no valid {what})"),
+    }
+    .expect("writing to a String");
+    (out, scan.rejected().next().is_none())
 }

@@ -67,6 +67,12 @@ pub struct LoadModel {
     pub schema: String,
     /// When it was made, RFC 3339 UTC.
     pub created: String,
+    /// Version for distribution through a watched directory (the load
+    /// generator's `[run] model_dir`): of the valid models there, the
+    /// highest version is replayed. `synthesize` writes 0; whoever
+    /// distributes models stamps it (older files without it read as 0).
+    #[serde(default)]
+    pub version: u64,
     /// The node the knobs were found on.
     pub node: HardwareModel,
     /// Seconds the closed loop took to converge.
@@ -120,6 +126,28 @@ impl LoadModel {
         Ok(m)
     }
 
+    /// Reads a model as a distributed one is checked before it replaces
+    /// the one replaying (`[run] model_dir`): [`LoadModel::load`], then
+    /// [`LoadModel::check_node`] against `here` (skipped when `force`) and
+    /// every entry's CPU online there. The error is the reason.
+    pub fn check_for(path: &Path, here: &HardwareModel, force: bool) -> Result<LoadModel, String> {
+        let m = LoadModel::load(path).map_err(|e| match e {
+            LoadError::BadFile { reason, .. } => reason,
+            e => e.to_string(),
+        })?;
+        if !force {
+            m.check_node(here).map_err(|e| e.to_string())?;
+        }
+        let online = here.topology.online_cpus();
+        if let Some(e) = m.entries.iter().find(|e| !online.contains(&e.cpu)) {
+            return Err(format!(
+                "{} targets CPU {}, which is not online on this node (online: {online:?})",
+                e.metric, e.cpu
+            ));
+        }
+        Ok(m)
+    }
+
     /// Saves the model atomically (the previous file stays whole if
     /// writing fails).
     pub fn save(&self, path: &Path) -> Result<(), LoadError> {
@@ -159,5 +187,11 @@ impl LoadModel {
             .into_iter()
             .map(|d| format!("{}: model {} vs here {}", d.path, d.a, d.b))
             .collect())
+    }
+}
+
+impl hwqos_core::watch_dir::Versioned for LoadModel {
+    fn version(&self) -> u64 {
+        self.version
     }
 }

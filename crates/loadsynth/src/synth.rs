@@ -157,6 +157,7 @@ pub fn synthesize<S: KnobSink>(
     Ok(LoadModel {
         schema: MODEL_SCHEMA.into(),
         created: hwqos_core::time::format_rfc3339(hwqos_core::time::wall_ns()),
+        version: 0,
         node,
         convergence_s,
         samples,
