@@ -389,17 +389,6 @@ pub fn read_recording_from(
     })
 }
 
-/// Quotes a CSV field when it needs it (RFC 4180).
-fn csv_field(out: &mut String, field: &str) {
-    if field.contains([',', '"', '\n', '\r']) {
-        out.push('"');
-        out.push_str(&field.replace('"', "\"\""));
-        out.push('"');
-    } else {
-        out.push_str(field);
-    }
-}
-
 /// The fixed leading columns of the CSV format.
 pub const CSV_FIXED_COLUMNS: &[&str] = &["seq", "mono_ns", "wall_time", "scope", "label"];
 
@@ -425,24 +414,60 @@ where
 
 /// A streaming CSV writer: the header is written from a known set of metric
 /// columns, then frames one at a time (a metric outside the set is left out).
+///
+/// Rows are written by the `csv` crate (RFC 4180 quoting, `\n` line ends).
+/// Every row of a frame has reached `out` when [`CsvWriter::write_frame`]
+/// returns (the monitor moves whole rows from it to its segment files), but
+/// `out` is flushed only by [`CsvWriter::finish`].
 pub struct CsvWriter<W: Write> {
-    out: W,
+    out: csv::Writer<NoFlush<W>>,
     column: BTreeMap<MetricName, usize>,
     cells: Vec<Option<f64>>,
-    line: String,
+    /// One numeric field, formatted.
+    field: String,
+}
+
+/// Passes writes on and ignores flushes: the `csv` writer's `flush` hands
+/// its buffer over (what [`CsvWriter`] needs after each frame) and would
+/// otherwise also flush `out` (a `write(2)` per frame for a `BufWriter`).
+struct NoFlush<W>(W);
+
+impl<W: Write> Write for NoFlush<W> {
+    fn write(&mut self, bytes: &[u8]) -> io::Result<usize> {
+        self.0.write(bytes)
+    }
+    fn write_all(&mut self, bytes: &[u8]) -> io::Result<()> {
+        self.0.write_all(bytes)
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+/// A `csv` crate error while writing: an I/O error of `out` (records are
+/// never checked for length here, nor serialized).
+fn csv_io(e: csv::Error) -> io::Error {
+    match e.into_kind() {
+        csv::ErrorKind::Io(e) => e,
+        other => io::Error::other(format!("writing CSV: {other:?}")),
+    }
 }
 
 impl<W: Write> CsvWriter<W> {
     /// Writes the header with one column per metric, in sorted order.
-    pub fn new(mut out: W, metrics: impl IntoIterator<Item = MetricName>) -> io::Result<Self> {
+    pub fn new(out: W, metrics: impl IntoIterator<Item = MetricName>) -> io::Result<Self> {
         let metrics: BTreeSet<MetricName> = metrics.into_iter().collect();
-        let mut line = CSV_FIXED_COLUMNS.join(",");
-        for m in &metrics {
-            line.push(',');
-            line.push_str(m.as_str());
-        }
-        line.push_str(",multiplexed\n");
-        out.write_all(line.as_bytes())?;
+        let mut out = csv::WriterBuilder::new()
+            .terminator(csv::Terminator::Any(b'\n'))
+            .flexible(true)
+            .from_writer(NoFlush(out));
+        let header = CSV_FIXED_COLUMNS
+            .iter()
+            .copied()
+            .chain(metrics.iter().map(MetricName::as_str))
+            .chain(["multiplexed"]);
+        out.write_record(header).map_err(csv_io)?;
+        out.flush()?;
         Ok(CsvWriter {
             out,
             cells: vec![None; metrics.len()],
@@ -451,8 +476,15 @@ impl<W: Write> CsvWriter<W> {
                 .enumerate()
                 .map(|(i, m)| (m, i))
                 .collect(),
-            line,
+            field: String::new(),
         })
+    }
+
+    /// Writes `value` (`Display`) as the next field of the row.
+    fn display_field(&mut self, value: impl std::fmt::Display) -> io::Result<()> {
+        self.field.clear();
+        let _ = write!(self.field, "{value}");
+        self.out.write_field(&self.field).map_err(csv_io)
     }
 
     /// Writes one row per scope of `frame`.
@@ -469,30 +501,39 @@ impl<W: Write> CsvWriter<W> {
                     multiplexed.push(s.metric.as_str());
                 }
             }
-            let line = &mut self.line;
-            line.clear();
-            let _ = write!(line, "{},{},{},", frame.seq, frame.time.mono_ns, wall);
-            csv_field(line, &scope.to_string());
-            line.push(',');
-            csv_field(line, frame.label(scope).unwrap_or(""));
-            for c in &self.cells {
-                line.push(',');
-                if let Some(v) = c {
-                    let _ = write!(line, "{v}");
+            self.display_field(frame.seq)?;
+            self.display_field(frame.time.mono_ns)?;
+            self.out.write_field(&wall).map_err(csv_io)?;
+            self.display_field(scope)?;
+            let label = frame.label(scope).unwrap_or("");
+            self.out.write_field(label).map_err(csv_io)?;
+            for i in 0..self.cells.len() {
+                match self.cells[i] {
+                    Some(v) => self.display_field(v)?,
+                    None => self.out.write_field("").map_err(csv_io)?,
                 }
             }
-            line.push(',');
-            line.push_str(&multiplexed.join(";"));
-            line.push('\n');
-            self.out.write_all(line.as_bytes())?;
+            self.out
+                .write_field(multiplexed.join(";"))
+                .map_err(csv_io)?;
+            // An empty record ends the row.
+            self.out
+                .write_record(None::<&[u8]>)
+                .map_err(csv_io)?;
         }
-        Ok(())
+        // Hand the frame's rows to `out` (not flushing it).
+        self.out.flush()
     }
 
     /// Flushes and returns the writer.
     pub fn finish(mut self) -> io::Result<W> {
         self.out.flush()?;
-        Ok(self.out)
+        let NoFlush(mut out) = self
+            .out
+            .into_inner()
+            .map_err(|e| io::Error::other(e.error().to_string()))?;
+        out.flush()?;
+        Ok(out)
     }
 }
 
@@ -524,41 +565,27 @@ pub struct CsvTable {
     pub rows: Vec<CsvRow>,
 }
 
-/// Splits one CSV record (RFC 4180; `line` holds the whole record).
-fn split_csv_record(line: &str) -> Result<Vec<String>, String> {
-    let mut fields = Vec::new();
-    let mut field = String::new();
-    let mut chars = line.chars().peekable();
-    let mut quoted = false;
-    let mut at_start = true;
-    while let Some(c) = chars.next() {
-        if quoted {
-            if c == '"' {
-                if chars.peek() == Some(&'"') {
-                    chars.next();
-                    field.push('"');
-                } else {
-                    quoted = false;
-                }
-            } else {
-                field.push(c);
-            }
-        } else if c == '"' && at_start {
-            quoted = true;
-            at_start = false;
-        } else if c == ',' {
-            fields.push(std::mem::take(&mut field));
-            at_start = true;
-        } else {
-            field.push(c);
-            at_start = false;
-        }
+/// Splits one CSV record with the `csv` crate (RFC 4180). `record` holds the
+/// whole record, bounded by the caller ([`MAX_LINE_BYTES`]: the crate's
+/// reader does not bound a record) and its quotes balanced.
+fn split_csv_record(record: &str) -> Result<Vec<String>, String> {
+    let mut reader = csv::ReaderBuilder::new()
+        .has_headers(false)
+        .flexible(true)
+        .from_reader(record.as_bytes());
+    let mut fields = csv::StringRecord::new();
+    match reader.read_record(&mut fields) {
+        Ok(true) => {}
+        // An empty line: one empty field, which no header matches.
+        Ok(false) => return Ok(vec![String::new()]),
+        Err(e) => return Err(e.to_string()),
     }
-    if quoted {
-        return Err("unterminated quoted field".to_string());
+    // A line break outside quotes inside what the caller took for one
+    // record (a quote in the middle of a field): refuse rather than drop.
+    if !matches!(reader.read_record(&mut csv::StringRecord::new()), Ok(false)) {
+        return Err("a line break outside a quoted field".to_string());
     }
-    fields.push(field);
-    Ok(fields)
+    Ok(fields.iter().map(str::to_string).collect())
 }
 
 /// Reads a CSV recording written by [`write_csv`].
@@ -903,5 +930,61 @@ mod tests {
         assert!(matches!(e, RecordingError::BadCsv { line: 3, .. }), "{e}");
         let e = read_csv_from(Cursor::new(b"a,b\n".to_vec()), Path::new("r.csv")).unwrap_err();
         assert!(matches!(e, RecordingError::BadCsv { line: 1, .. }), "{e}");
+    }
+
+    /// Quoting both ways through the `csv` crate: a label with a comma, a
+    /// quote and a line break, a cgroup scope with a comma; CRLF line ends
+    /// read like LF; a stray quote that hides a line break is refused with
+    /// its line, not read as two rows or dropped.
+    #[test]
+    fn csv_quoting_line_breaks_and_crlf() {
+        let t = Timestamp {
+            mono_ns: 5,
+            wall_ns: 1_795_355_137_500_000_000,
+        };
+        let cg = Scope::Cgroup {
+            path: "/a,b".into(),
+        };
+        let p = Scope::Process { pid: 9 };
+        let frame = Frame {
+            seq: 1,
+            time: t,
+            interval_ns: 1,
+            samples: vec![
+                Sample::gauge(t, cg.clone(), m("os.cpu.util"), 0.125),
+                Sample::gauge(t, p.clone(), m("os.cpu.util"), 1e-7),
+            ],
+            labels: vec![ScopeLabel {
+                scope: p.clone(),
+                name: "x,\"y\"\nz".into(),
+            }],
+        };
+        let bytes = write_csv(Vec::new(), [&frame]).unwrap();
+        let text = String::from_utf8(bytes.clone()).unwrap();
+        assert_eq!(
+            text,
+            "seq,mono_ns,wall_time,scope,label,os.cpu.util,multiplexed\n\
+             1,5,2026-11-22T13:45:37.500000Z,\"cgroup:/a,b\",,0.125,\n\
+             1,5,2026-11-22T13:45:37.500000Z,pid:9,\"x,\"\"y\"\"\nz\",0.0000001,\n"
+        );
+        let table = read_csv_from(Cursor::new(bytes), Path::new("r.csv")).unwrap();
+        assert_eq!(table.rows.len(), 2);
+        assert_eq!(table.rows[0].scope, cg);
+        assert_eq!(table.rows[1].label, "x,\"y\"\nz");
+        assert_eq!(table.rows[1].values.get(&m("os.cpu.util")), Some(&1e-7));
+
+        let crlf = text.replace('\n', "\r\n");
+        let table = read_csv_from(Cursor::new(crlf.into_bytes()), Path::new("r.csv")).unwrap();
+        assert_eq!(table.rows.len(), 2);
+        assert_eq!(table.rows[0].scope, cg);
+
+        // `a"b` then `c"d`: the quotes balance over two lines, but neither
+        // opens a quoted field, so the line break ends a record.
+        let stray = "seq,mono_ns,wall_time,scope,label,sw.page_faults,multiplexed\n\
+                     1,2,t,cpu:0,a\"b\nc\"d,1,\n";
+        let e = read_csv_from(Cursor::new(stray.as_bytes().to_vec()), Path::new("r.csv"))
+            .unwrap_err();
+        assert!(matches!(e, RecordingError::BadCsv { line: 2, .. }), "{e}");
+        assert!(e.to_string().contains("line break outside a quoted field"), "{e}");
     }
 }
