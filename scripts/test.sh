@@ -43,6 +43,8 @@ python3 scripts/check-architecture
 cargo test --workspace --locked
 # Every public item documented and every intra-doc link resolving (issue 23): docs/embedding.md.
 RUSTDOCFLAGS="-D missing_docs -D warnings" cargo doc --workspace --no-deps --locked
+# A crate outside the workspace embedding the libraries by path, built and run (issue 23): docs/embedding.md.
+cargo run --locked --manifest-path examples/embedding/Cargo.toml --target-dir target
 # The adaptive relay against zstd --adapt on a 100 Mbit/s veth link between
 # two network namespaces (issue 25): fails when the relay is >15% slower.
 ./scripts/relay-vs-zstd.sh

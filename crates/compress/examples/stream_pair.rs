@@ -56,8 +56,11 @@ fn main() -> Result<(), WireError> {
         s.send_msg(&msg)?;
         assert_eq!(s.recv_msg()?.as_deref(), Some(&msg[..]), "echo of {i}");
     }
+    // Half-close (a clean end of stream for the echo end) and read to the
+    // end: closing with the peer's probe replies unread resets the connection.
+    s.get_ref().shutdown(std::net::Shutdown::Write)?;
+    assert_eq!(s.recv_msg()?, None);
     let st = s.stats();
-    drop(s); // a clean end of stream for the echo end
     echo.join().expect("echo thread")?;
 
     println!("messages_sent = {}", st.messages_sent);
