@@ -474,6 +474,18 @@ pub struct Tick {
     pub missed: u64,
 }
 
+impl Tick {
+    /// The tick as the [`Timestamp`](crate::Timestamp) a sampler takes
+    /// (`hwqos_pmu::Sampler::sample`): the monotonic time it woke at
+    /// (no second clock read) and the wall clock read now.
+    pub fn timestamp(&self) -> crate::Timestamp {
+        crate::Timestamp {
+            mono_ns: self.woke_ns,
+            wall_ns: crate::time::wall_ns(),
+        }
+    }
+}
+
 /// A periodic ticker on absolute deadlines: tick `k` is due at exactly
 /// `start + k·period`, so errors never accumulate.
 ///
@@ -933,6 +945,22 @@ impl Welford {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_tick_timestamp_is_its_wake_time_and_the_wall_clock_now() {
+        let tick = Tick {
+            seq: 3,
+            deadline_ns: 1_000,
+            woke_ns: 1_250,
+            lateness_ns: 250,
+            missed: 0,
+        };
+        let before = crate::time::wall_ns();
+        let t = tick.timestamp();
+        let after = crate::time::wall_ns();
+        assert_eq!(t.mono_ns, 1_250);
+        assert!(before <= t.wall_ns && t.wall_ns <= after);
+    }
 
     #[test]
     fn skipping_rule() {
