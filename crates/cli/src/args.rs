@@ -50,6 +50,10 @@ pub enum Command {
     /// Measure this node's hardware model: topology, caches, OS settings and
     /// probes (clock, syscall, ctxswitch, memlat, bandwidth, pagefault, net, timer).
     Probe(ProbeArgs),
+    /// Ask a running hwqos-monitor over its live API (Unix socket): its
+    /// status, recent frames or a live subscription, printed as the API's
+    /// JSON lines (schema hwqos.api/1), like `curl --unix-socket` for the monitor.
+    Api(ApiArgs),
 }
 
 /// What to count in: processes, the whole system, or a command run by hwqos.
@@ -335,6 +339,75 @@ pub struct ProbeArgs {
     pub timer_max_ms: Option<f64>,
 }
 
+/// `hwqos api`'s flags: where the monitor is, and what to ask.
+#[derive(Debug, Args)]
+pub struct ApiArgs {
+    /// The monitor's socket (`[api] socket` in its configuration).
+    #[arg(
+        short = 's',
+        long,
+        value_name = "PATH",
+        env = "HWQOS_MONITOR_SOCKET",
+        default_value = "/run/hwqos/monitor.sock"
+    )]
+    pub socket: PathBuf,
+    /// Give up when the monitor sends nothing for SECS seconds (0: wait forever).
+    #[arg(long, value_name = "SECS", default_value_t = 30.0)]
+    pub timeout: f64,
+    /// Print the monitor's hello line (schema, node, version, rate) first.
+    #[arg(long)]
+    pub hello: bool,
+    /// The request.
+    #[command(subcommand)]
+    pub request: ApiRequest,
+}
+
+/// `hwqos api`'s requests, one per live-API operation that only reads.
+#[derive(Debug, Subcommand)]
+pub enum ApiRequest {
+    /// The monitor's state: one `{"type":"status",…}` line.
+    Status,
+    /// Recent frames from the monitor's database, oldest first, one
+    /// `{"type":"frame",…}` line each, then `{"type":"end","count":N}`.
+    Window {
+        /// At most the N newest frames.
+        #[arg(long, value_name = "N")]
+        frames: Option<usize>,
+        /// At most the frames of the last SECS seconds.
+        #[arg(long, value_name = "SECS")]
+        seconds: Option<f64>,
+        /// Which scopes and metrics.
+        #[command(flatten)]
+        filter: ApiFilterArgs,
+    },
+    /// Frames as the monitor samples them, one `{"type":"frame",…}` line per
+    /// tick, until --count frames (default: until the monitor stops or ^C).
+    Subscribe {
+        /// Stop after N frames.
+        #[arg(long, value_name = "N")]
+        count: Option<usize>,
+        /// Which scopes and metrics.
+        #[command(flatten)]
+        filter: ApiFilterArgs,
+    },
+    /// The event sets being rotated and the events dropped as unavailable:
+    /// one `{"type":"event_sets",…}` line.
+    EventSets,
+}
+
+/// Frame filters of `hwqos api window` and `subscribe` (none: everything).
+#[derive(Debug, Args, Clone, Default)]
+pub struct ApiFilterArgs {
+    /// Keep samples of these scopes (repeatable): exact (`pid:42`, `cpu:0`,
+    /// `system`) or a prefix ending in `*` (`cpu:*`, `cgroup:/system.slice/*`).
+    #[arg(long = "scope", value_name = "PAT")]
+    pub scopes: Vec<String>,
+    /// Keep samples of these metrics (repeatable): exact (`hw.instructions`)
+    /// or a prefix ending in `*` (`hw.*`).
+    #[arg(long = "metric", value_name = "PAT")]
+    pub metrics: Vec<String>,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -343,6 +416,41 @@ mod tests {
     #[test]
     fn command_line_definition_is_consistent() {
         Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn api_takes_a_socket_a_request_and_filters() {
+        let cli = Cli::try_parse_from([
+            "hwqos",
+            "api",
+            "--socket",
+            "/tmp/m.sock",
+            "window",
+            "--frames",
+            "5",
+            "--scope",
+            "pid:*",
+            "--metric",
+            "hw.*",
+            "--metric",
+            "derived.ipc",
+        ])
+        .unwrap();
+        let Some(Command::Api(a)) = cli.command else {
+            panic!("not api")
+        };
+        assert_eq!(a.socket, PathBuf::from("/tmp/m.sock"));
+        let ApiRequest::Window { frames, filter, .. } = a.request else {
+            panic!("not window")
+        };
+        assert_eq!(frames, Some(5));
+        assert_eq!(filter.scopes, ["pid:*"]);
+        assert_eq!(filter.metrics, ["hw.*", "derived.ipc"]);
+        assert!(
+            Cli::try_parse_from(["hwqos", "api"]).is_err(),
+            "a request is required"
+        );
+        assert!(Cli::try_parse_from(["hwqos", "api", "set-event-sets"]).is_err());
     }
 
     #[test]

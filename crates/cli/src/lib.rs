@@ -30,6 +30,7 @@
 //! - [`diff`]: `hwqos diff`, two recordings compared (the engine is
 //!   [`hwqos_core::compare`]);
 //! - [`probe`]: `hwqos probe`, the node's hardware model (hwqos-topology);
+//! - [`api`]: `hwqos api`, a running monitor's live API as JSON lines;
 //! - [`progress`]: progress bars of the long steps (only on a terminal);
 //! - [`error`]: exit codes (2 for usage and configuration errors).
 //!
@@ -58,6 +59,7 @@
 
 #![deny(missing_docs)]
 
+pub mod api;
 pub mod args;
 pub mod child;
 pub mod diff;
@@ -131,6 +133,7 @@ pub fn run(cli: Cli) -> Result<u8> {
             Ok(0)
         }
         Some(Command::Probe(a)) => probe::run(&a, &mut std::io::stdout().lock()),
+        Some(Command::Api(a)) => api::run(&a, &mut std::io::stdout().lock()),
         None => Err(error::usage("no subcommand given (see hwqos --help)")),
     }
 }

@@ -96,6 +96,7 @@ pub fn knob_range(metric: LoadMetric, cfg: &LoadConfig) -> (f64, f64) {
         LoadMetric::ContextSwitchRate => (0.0, c.max_switch_rate),
         LoadMetric::MemBandwidth => (0.0, c.max_mem_bandwidth),
         LoadMetric::IoWriteRate => (0.0, c.max_io_rate),
+        LoadMetric::InstRate => (0.0, c.max_inst_rate),
         _ => (0.0, 1.0),
     }
 }
@@ -108,6 +109,7 @@ pub fn knob_cap_key(metric: LoadMetric) -> Option<&'static str> {
         LoadMetric::ContextSwitchRate => Some("caps.max_switch_rate"),
         LoadMetric::MemBandwidth => Some("caps.max_mem_bandwidth"),
         LoadMetric::IoWriteRate => Some("caps.max_io_rate"),
+        LoadMetric::InstRate => Some("caps.max_inst_rate"),
         _ => None,
     }
 }
@@ -265,6 +267,13 @@ impl Actuators {
                 })?,
                 LoadMetric::ContextSwitchRate => {
                     act.spawn(name, ctx, move |c| generator::switches::run(c, &knob))?
+                }
+                LoadMetric::InstRate => {
+                    let share = cfg.caps.max_cpu_share;
+                    act.spawn(name, ctx, move |c| {
+                        generator::inst::run(c, &knob, share);
+                        Ok(())
+                    })?
                 }
                 LoadMetric::L1iMissRatio | LoadMetric::ItlbMissRatio => {
                     act.spawn(name, ctx, move |c| {

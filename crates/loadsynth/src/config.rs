@@ -23,6 +23,10 @@ pub struct SafetyCaps {
     pub max_switch_rate: f64,
     /// Highest memory-bandwidth rate per CPU, bytes per second.
     pub max_mem_bandwidth: f64,
+    /// Highest instruction rate of the instruction generator per CPU,
+    /// instructions per second (its CPU time is bounded by `max_cpu_share`
+    /// as well).
+    pub max_inst_rate: f64,
 }
 
 impl Default for SafetyCaps {
@@ -35,6 +39,7 @@ impl Default for SafetyCaps {
             max_fault_rate: 200_000.0,
             max_switch_rate: 200_000.0,
             max_mem_bandwidth: 4.0 * 1024.0 * 1024.0 * 1024.0,
+            max_inst_rate: 2e10,
         }
     }
 }
@@ -66,6 +71,7 @@ impl SafetyCaps {
             ("max_fault_rate", self.max_fault_rate),
             ("max_switch_rate", self.max_switch_rate),
             ("max_mem_bandwidth", self.max_mem_bandwidth),
+            ("max_inst_rate", self.max_inst_rate),
         ];
         for (name, v) in rates {
             if !v.is_finite() || v < 0.0 {

@@ -16,6 +16,9 @@ pub enum LoadMetric {
     PageFaultRate,
     /// Context switches per second on the CPU (`sw.context_switches`).
     ContextSwitchRate,
+    /// Instructions retired per second on the CPU (`hw.instructions`, user
+    /// and kernel mode, every task on the CPU): a hardware counter rate.
+    InstRate,
     /// L1 data-cache misses per L1D access.
     L1dMissRatio,
     /// L2 misses per L2 access.
@@ -51,10 +54,11 @@ pub enum Formula {
 
 /// Every metric, in the order controllers are started: deeper cache levels
 /// before shallower ones (an L2 miss is also an L1 miss).
-pub const ALL: [LoadMetric; 12] = [
+pub const ALL: [LoadMetric; 13] = [
     LoadMetric::CpuUtil,
     LoadMetric::PageFaultRate,
     LoadMetric::ContextSwitchRate,
+    LoadMetric::InstRate,
     LoadMetric::LlcMissRatio,
     LoadMetric::L2MissRatio,
     LoadMetric::L1dMissRatio,
@@ -73,6 +77,7 @@ impl LoadMetric {
             LoadMetric::CpuUtil => "cpu_util",
             LoadMetric::PageFaultRate => "page_fault_rate",
             LoadMetric::ContextSwitchRate => "context_switch_rate",
+            LoadMetric::InstRate => "inst_rate",
             LoadMetric::L1dMissRatio => "l1d_miss_ratio",
             LoadMetric::L2MissRatio => "l2_miss_ratio",
             LoadMetric::LlcMissRatio => "llc_miss_ratio",
@@ -91,6 +96,7 @@ impl LoadMetric {
             LoadMetric::CpuUtil => "share",
             LoadMetric::PageFaultRate => "faults/s",
             LoadMetric::ContextSwitchRate => "switches/s",
+            LoadMetric::InstRate => "instructions/s",
             LoadMetric::MemBandwidth | LoadMetric::IoWriteRate => "bytes/s",
             _ => "ratio",
         }
@@ -102,6 +108,7 @@ impl LoadMetric {
             LoadMetric::CpuUtil => Formula::Gauge(names::OS_CPU_UTIL),
             LoadMetric::PageFaultRate => Formula::Rate(names::SW_PAGE_FAULTS),
             LoadMetric::ContextSwitchRate => Formula::Rate(names::SW_CONTEXT_SWITCHES),
+            LoadMetric::InstRate => Formula::Rate(names::HW_INSTRUCTIONS),
             LoadMetric::L1dMissRatio => Formula::Ratio(names::HW_L1D_MISS, names::HW_L1D_ACCESS),
             LoadMetric::L2MissRatio => Formula::Ratio(names::HW_L2_MISS, names::HW_L2_ACCESS),
             LoadMetric::LlcMissRatio => Formula::Ratio(names::HW_LLC_MISS, names::HW_LLC_ACCESS),
@@ -124,9 +131,10 @@ impl LoadMetric {
         }
     }
 
-    /// Whether the metric is a ratio of hardware (PMU) events.
+    /// Whether the metric needs hardware (PMU) events: the miss ratios and
+    /// the instruction rate.
     pub fn is_hardware(self) -> bool {
-        matches!(self.formula(), Formula::Ratio(..))
+        self.events().iter().any(|e| e.starts_with("hw."))
     }
 
     /// The largest possible value (`None`: unbounded rates).
@@ -134,6 +142,7 @@ impl LoadMetric {
         match self {
             LoadMetric::PageFaultRate
             | LoadMetric::ContextSwitchRate
+            | LoadMetric::InstRate
             | LoadMetric::MemBandwidth
             | LoadMetric::IoWriteRate => None,
             _ => Some(1.0),
@@ -188,6 +197,9 @@ impl LoadMetric {
             LoadMetric::CpuUtil => (0.01, 0.0),
             LoadMetric::PageFaultRate => (5.0, 0.02),
             LoadMetric::ContextSwitchRate => (5.0, 0.05),
+            // A counter rate with an exact generator: 1 % (the hardware
+            // validation asks ±3 % of the converged model).
+            LoadMetric::InstRate => (1000.0, 0.01),
             LoadMetric::MemBandwidth | LoadMetric::IoWriteRate => (1024.0, 0.03),
             _ => (0.002, 0.05),
         }
@@ -243,5 +255,26 @@ mod tests {
         assert!(LoadMetric::PageFaultRate.validate(-1.0).is_err());
         assert!(LoadMetric::CpuUtil.validate(f64::NAN).is_err());
         assert!(LoadMetric::PageFaultRate.validate(1e6).is_ok());
+        // An instruction rate is unbounded above, but not negative or infinite.
+        assert!(LoadMetric::InstRate.validate(3e8).is_ok());
+        let e = LoadMetric::InstRate.validate(-1.0).unwrap_err();
+        assert!(
+            e.contains("inst_rate") && e.contains("instructions/s"),
+            "{e}"
+        );
+        assert!(LoadMetric::InstRate.validate(f64::INFINITY).is_err());
+    }
+
+    #[test]
+    fn the_instruction_rate_is_a_hardware_counter_rate() {
+        assert_eq!(
+            LoadMetric::InstRate.formula(),
+            Formula::Rate(names::HW_INSTRUCTIONS)
+        );
+        assert!(LoadMetric::InstRate.is_hardware());
+        assert!(LoadMetric::L1dMissRatio.is_hardware());
+        assert!(!LoadMetric::PageFaultRate.is_hardware());
+        assert!(!LoadMetric::CpuUtil.is_hardware());
+        assert_eq!(LoadMetric::InstRate.format_value(3e8), "300000000.0");
     }
 }

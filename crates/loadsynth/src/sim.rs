@@ -7,6 +7,8 @@
 //! `lag_s`), a background load, and these gains:
 //! - `cpu_util = min(1, background + knob)`;
 //! - page faults/s = background + knob; context switches/s = background + 1.9 × knob;
+//! - instructions/s (`hw.instructions`) = background + 1.02 × knob (the spin
+//!   plus its pacing);
 //! - data cache: 1 access/ns; the knobs are the miss ratios asked of L1, L2
 //!   and LLC (as for the real generator), turned into stream shares `a, b, c`
 //!   that give L1 misses `a+b+c`, L2 misses `b+c`, LLC misses `c` per access;
@@ -24,7 +26,7 @@ use hwqos_pmu::sampler::{Sampler, SamplerConfig};
 use hwqos_pmu::target::Resolver;
 use std::collections::BTreeMap;
 
-const EVENTS: [&str; 8] = [
+const EVENTS: [&str; 9] = [
     names::HW_L1D_ACCESS,
     names::HW_L1D_MISS,
     names::HW_L2_ACCESS,
@@ -33,6 +35,7 @@ const EVENTS: [&str; 8] = [
     names::HW_LLC_MISS,
     names::SW_PAGE_FAULTS,
     names::SW_CONTEXT_SWITCHES,
+    names::HW_INSTRUCTIONS,
 ];
 
 /// The simulated plant; it is both the metric source and the knob sink.
@@ -148,6 +151,12 @@ impl MetricSource for SimPlant {
                     names::SW_CONTEXT_SWITCHES,
                     (self.bg(LoadMetric::ContextSwitchRate, cpu)
                         + 1.9 * self.eff(LoadMetric::ContextSwitchRate, cpu))
+                        / 1e9,
+                ),
+                (
+                    names::HW_INSTRUCTIONS,
+                    (self.bg(LoadMetric::InstRate, cpu)
+                        + 1.02 * self.eff(LoadMetric::InstRate, cpu))
                         / 1e9,
                 ),
             ];

@@ -78,7 +78,7 @@ pub enum MeasureOn {
 }
 
 /// Metrics summed over processes and re-labelled as one CPU's.
-const PROCESS_SUMS: [&str; 8] = [
+const PROCESS_SUMS: [&str; 9] = [
     names::SW_TASK_CLOCK,
     names::SW_PAGE_FAULTS,
     names::SW_CONTEXT_SWITCHES,
@@ -87,6 +87,7 @@ const PROCESS_SUMS: [&str; 8] = [
     names::HW_LLC_MISS,
     names::HW_LLC_ACCESS,
     names::HW_BRANCH_MISS,
+    names::HW_INSTRUCTIONS,
 ];
 
 /// A frame whose process scopes (those in `pids`, or all when empty) are

@@ -185,3 +185,42 @@ fn target_change_mid_run_is_followed() {
     assert!(tail.iter().all(|v| (v - 0.6).abs() < 0.01), "{tail:?}");
     assert!((plant.knob(LoadMetric::CpuUtil, 1) - 0.5).abs() < 0.01);
 }
+
+#[test]
+fn an_instruction_rate_converges_on_the_hardware_counter_and_tops_up_the_background() {
+    // hw.instructions per CPU, as LocalSource counts it on a PMU: a
+    // background of 1e8 instructions/s and a target of 3e8/s (the guest
+    // check's), the knob in instructions/s with a gain of 1.02.
+    let mut plant = SimPlant::new(&[0], PERIOD_S).unwrap();
+    plant.background.insert((LoadMetric::InstRate, 0), 1e8);
+    let mut lp = ClosedLoop::new(8);
+    let cfg = hwqos_loadsynth::config::LoadConfig::default();
+    lp.add(
+        LoadMetric::InstRate,
+        0,
+        controller(
+            LoadMetric::InstRate,
+            3e8,
+            hwqos_loadsynth::actuate::knob_range(LoadMetric::InstRate, &cfg),
+        ),
+        LoadMetric::InstRate.default_tolerance(),
+    );
+    let mut samples = 0;
+    while !lp.convergence.converged() {
+        let m = plant.next().unwrap();
+        lp.step(&m, &mut plant);
+        samples += 1;
+        assert!(samples < 200, "no convergence: {:?}", lp.status());
+    }
+    eprintln!(
+        "inst_rate 3e8/s with 1e8/s background: converged after {samples} samples (simulated)"
+    );
+    let knob = plant.knob(LoadMetric::InstRate, 0);
+    assert!(
+        (knob - 2e8 / 1.02).abs() < 2e8 * 0.02,
+        "the knob supplies the difference: {knob}"
+    );
+    let series = run(&mut lp, &mut plant, 40, (LoadMetric::InstRate, 0));
+    let mean = series.iter().sum::<f64>() / series.len() as f64;
+    assert!((mean - 3e8).abs() < 3e8 * 0.01, "mean {mean}");
+}

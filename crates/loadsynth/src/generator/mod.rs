@@ -7,6 +7,7 @@
 //! | CPU duty cycle | busy share of each 10 ms period | [`cpu`] |
 //! | page faults | faults per second | [`faults`] |
 //! | context switches | switches per second (pipe ping-pong) | [`switches`] |
+//! | instructions | instructions per second (paced spin of a known loop) | [`inst`] |
 //! | data-cache misses | share of accesses per conflict stream | [`dcache`] |
 //! | instruction-cache misses | share of far jumps | [`icache`] |
 //! | TLB misses | share of page-strided accesses | [`tlb`] |
@@ -19,6 +20,7 @@ pub mod cpu;
 pub mod dcache;
 pub mod faults;
 pub mod icache;
+pub mod inst;
 pub mod io;
 pub mod membw;
 pub mod switches;
