@@ -828,6 +828,54 @@ mod tests {
     use hwqos_core::{MetricName, Sample, Scope, ScopeLabel};
 
     #[test]
+    fn filter_constructors_without_an_empty_list() {
+        let m = FrameFilter::metrics(&["sw.*"]).unwrap();
+        assert_eq!(m, FrameFilter::new(&[] as &[&str], &["sw.*"]).unwrap());
+        assert!(m.scopes.is_empty() && m.metrics.len() == 1);
+        let s = FrameFilter::scopes(&["cpu:*".to_string()]).unwrap();
+        assert!(s.metrics.is_empty() && s.scopes.len() == 1);
+        assert!(FrameFilter::all().is_all());
+        assert!(FrameFilter::metrics(&["sw.*x"]).is_err());
+    }
+
+    #[test]
+    fn connect_waiting_gives_up_on_a_socket_that_never_appears() {
+        let dir = std::env::temp_dir().join(format!("hwqos-api-wait-{}", std::process::id()));
+        let path = dir.join("never.sock");
+        match ApiClient::connect_waiting(&path, Duration::from_millis(50)) {
+            Err(ApiError::Connect { path: p, source }) => {
+                assert_eq!(p, path);
+                assert_eq!(source.kind(), io::ErrorKind::NotFound);
+            }
+            Err(e) => panic!("unexpected error: {e}"),
+            Ok(_) => panic!("connected to nothing"),
+        }
+    }
+
+    #[test]
+    fn connect_waiting_does_not_retry_a_wrong_protocol() {
+        let dir = std::env::temp_dir().join(format!("hwqos-api-schema-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("old.sock");
+        let _ = std::fs::remove_file(&path);
+        let listener = std::os::unix::net::UnixListener::bind(&path).unwrap();
+        let server = std::thread::spawn(move || {
+            let (mut conn, _) = listener.accept().unwrap();
+            let hello = Response::Hello {
+                schema: "hwqos.api/0".into(),
+                node: "n".into(),
+                version: "0".into(),
+                rate_hz: 1.0,
+            };
+            conn.write_all(hello.to_line().as_bytes()).unwrap();
+        });
+        let r = ApiClient::connect_waiting(&path, Duration::from_secs(10));
+        assert!(matches!(r, Err(ApiError::Schema(ref s)) if s == "hwqos.api/0"));
+        server.join().unwrap();
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
     fn patterns() {
         let p = ScopePattern::parse("cpu:*").unwrap();
         assert!(p.matches(&Scope::Cpu { cpu: 3 }));
