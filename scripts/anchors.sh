@@ -28,14 +28,18 @@
 # docs/experiments/results/anchors/, and prints the table. Run as root from
 # any directory of a clone; it builds the release binaries it needs and
 # installs the Debian packages it needs (linux-perf, stress-ng, zstd, socat,
-# bc) when they are missing. About 12 minutes on a 2-vCPU VM.
+# bc) when they are missing. Measured: 10 min 59 s on the 2-vCPU development
+# VM at load average 4–9, after the release build.
 #
 # Usage: scripts/anchors.sh [--reps N] [--only monitor,loadgen,relay,sra]
 #                           [--out FILE] [--results DIR] [--no-build]
+#        scripts/anchors.sh --report-from DIR [--out FILE]
 #   --reps N     repetitions of the monitor and relay comparisons (default 5)
 #   --only LIST  run only these parts (the others are listed as not run)
 #   --no-build   measure the release binaries already in target/release (the
 #                document then says so, with their build times)
+#   --report-from DIR  measure nothing: write the document again from the raw
+#                results of an earlier run (DIR = its --results directory)
 # Not part of scripts/test.sh: it measures, it does not test.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -46,6 +50,7 @@ ONLY="monitor,loadgen,relay,sra"
 OUT=docs/anchors.md
 RESULTS=docs/experiments/results/anchors
 BUILD=1
+REPORT_FROM=""
 ARGS="$*"
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -54,7 +59,8 @@ while [ $# -gt 0 ]; do
     --out) OUT="$2"; shift 2 ;;
     --results) RESULTS="$2"; shift 2 ;;
     --no-build) BUILD=0; shift ;;
-    -h|--help) sed -n '2,38p' "$0"; exit 0 ;;
+    --report-from) REPORT_FROM="$2"; shift 2 ;;
+    -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d'; exit 0 ;;
     *) echo "anchors.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -63,168 +69,23 @@ case "$REPS" in ''|*[!0-9]*) echo "anchors.sh: --reps needs a number" >&2; exit 
 want() { case ",$ONLY," in *",$1,"*) return 0 ;; *) return 1 ;; esac; }
 
 die() { echo "anchors.sh: $*" >&2; exit 1; }
-
-# ---------------------------------------------------------------- prerequisites
-[ "$(uname -s)" = Linux ] || die "needs Linux (perf_event, cgroups, network namespaces)"
-[ "$(id -u)" -eq 0 ] || die "run as root: per-process perf events of other processes, taskset at nice -20, cgroups and network namespaces need it"
-command -v cargo >/dev/null 2>&1 || die "cargo not found: install a Rust toolchain (rustup) first"
-command -v python3 >/dev/null 2>&1 || die "python3 not found (apt-get install python3)"
-
-need=()
-command -v perf >/dev/null 2>&1 || need+=(linux-perf)
-command -v stress-ng >/dev/null 2>&1 || need+=(stress-ng)
-command -v zstd >/dev/null 2>&1 || need+=(zstd)
-command -v socat >/dev/null 2>&1 || need+=(socat)
-command -v bc >/dev/null 2>&1 || need+=(bc)
-command -v ip >/dev/null 2>&1 || need+=(iproute2)
-command -v taskset >/dev/null 2>&1 || need+=(util-linux)
-command -v pgrep >/dev/null 2>&1 || need+=(procps)
-if [ ${#need[@]} -gt 0 ]; then
-  command -v apt-get >/dev/null 2>&1 || die "missing ${need[*]} and no apt-get to install them; install them by hand"
-  echo "anchors.sh: installing ${need[*]}"
-  export DEBIAN_FRONTEND=noninteractive
-  { apt-get update -qq && apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null; } \
-    || die "could not install ${need[*]} with apt-get (no access to the package registry?)"
-fi
-for c in perf stress-ng zstd socat bc ip tc taskset pgrep; do
-  command -v "$c" >/dev/null 2>&1 || die "$c is still missing after installing packages"
-done
-perf stat -x, -e task-clock -- true >/dev/null 2>&1 \
-  || die "perf stat cannot count the task-clock software event (perf_event_paranoid? a perf that does not match the kernel?)"
-if want relay; then
-  ns="hwqanchor$$"
-  ip netns add "$ns" 2>/dev/null || die "ip netns add failed: the relay comparison needs network namespaces (or drop it: --only monitor,loadgen,sra)"
-  if ! { ip -n "$ns" link add p0 type veth peer name p1 && tc -n "$ns" qdisc add dev p0 root handle 1: htb default 10; } 2>/dev/null; then
-    ip netns del "$ns"; die "veth or tc htb unavailable: the relay comparison needs both"
-  fi
-  ip netns del "$ns"
-fi
-if want sra; then
-  grep -qw cpu /sys/fs/cgroup/cgroup.controllers 2>/dev/null || [ -d /sys/fs/cgroup/cpu ] \
-    || die "no cgroup cpu controller (v2 cpu.max or v1 cpu): the SRA comparison needs CFS bandwidth control"
+if [ -n "$REPORT_FROM" ]; then
+  [ -f "$REPORT_FROM/run.txt" ] && [ -f "$REPORT_FROM/machine.txt" ] \
+    || die "--report-from: $REPORT_FROM holds no anchors.sh results (run.txt, machine.txt)"
+  RESULTS=$REPORT_FROM
 fi
 
-# ---------------------------------------------------------------- machine
-W=$(mktemp -d /tmp/anchors.XXXXXX)
-trap 'rm -rf "$W"' EXIT
-t_start=$(date +%s)
-loadavg() { cut -d' ' -f1-3 /proc/loadavg; }
-echo "start $(date -u +%FT%TZ) loadavg $(loadavg)" > "$W/load.txt"
-{
-  echo "date=$(date -u +%FT%TZ)"
-  echo "model=$(lscpu | sed -n 's/^Model name: *//p' | head -1)"
-  echo "cpus=$(nproc)"
-  echo "threads_per_core=$(lscpu | sed -n 's/^Thread(s) per core: *//p' | head -1)"
-  echo "hypervisor=$(lscpu | sed -n 's/^Hypervisor vendor: *//p' | head -1)"
-  echo "kernel=$(uname -r)"
-  echo "memory=$(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo)"
-  if perf stat -x, -e instructions -- true 2>&1 >/dev/null | grep -q '^[0-9]'; then
-    echo "pmu=yes"
-  else
-    echo "pmu=no"
-  fi
-  echo "commit=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
-  echo "dirty=$(git status --porcelain --untracked-files=no 2>/dev/null | wc -l)"
-  echo "perf=$(perf --version)"
-  echo "stressng=$(stress-ng --version | head -1)"
-  echo "zstd=$(zstd --version)"
-  echo "rustc=$(rustc --version 2>/dev/null || echo unknown)"
-} > "$W/machine.txt"
-
-# ---------------------------------------------------------------- build
-echo "anchors.sh: building the release binaries"
-bins=(-p hwqos-benches)
-want monitor && bins+=(-p hwqos-monitor)
-want loadgen && bins+=(-p hwqos-loadgen)
-want relay && bins+=(-p hwqos-relay)
-want sra && bins+=(-p hwqos-sra)
-REL=$ROOT/target/release
-[ -n "${CARGO_TARGET_DIR:-}" ] && REL=$CARGO_TARGET_DIR/release
-if [ "$BUILD" = 1 ]; then
-  cargo build --release -q "${bins[@]}" --bins || die "cargo build --release failed"
-  echo "built=this run" >> "$W/machine.txt"
-else
-  for b in hwqos-spinload hwqos-monitor hwqos-loadgen hwqos-relay hwqos-sra; do
-    [ -x "$REL/$b" ] || die "--no-build: $REL/$b is missing; build it first (cargo build --release ${bins[*]} --bins)"
-  done
-  echo "built=not rebuilt (--no-build): binaries in target/release built $(cd "$REL" && stat -c '%n %y' hwqos-spinload hwqos-monitor hwqos-loadgen hwqos-relay hwqos-sra | cut -c1-36 | sed 's/\.[0-9]*$//' | paste -sd, - | sed 's/,/, /g')" >> "$W/machine.txt"
-fi
-
-section() { # name: marks a part's start in load.txt
-  echo "$1 start $(date -u +%T) loadavg $(loadavg)" >> "$W/load.txt"
-  echo; echo "=== $1 ($(date -u +%T), load average $(loadavg))"
-}
-section_end() { # name status
-  echo "$1 end $(date -u +%T) loadavg $(loadavg) status $2" >> "$W/load.txt"
-}
-failed=()
-
-# ---------------------------------------------------------------- monitor vs perf
-if want monitor; then
-  section monitor
-  if HWQOS_BIN_DIR=$REL python3 docs/experiments/monitor_perf.py --no-build \
-      --only overhead,overhead-cpu --rates 10,100,1000 --reps "$REPS" --seconds 2 --warmup 0.5 \
-      -o "$W/monitor.json" 2>&1 | tee "$W/monitor.log"; then
-    section_end monitor ok
-  else
-    section_end monitor failed; failed+=(monitor)
-  fi
-fi
-
-# ---------------------------------------------------------------- loadgen vs stress-ng
-if want loadgen; then
-  section loadgen
-  if HWQOS_NO_BUILD=1 LOADGEN_STRESSNG_OUT=$W/loadgen docs/experiments/loadgen_stressng.sh 2 2>&1 | tee "$W/loadgen.log"; then
-    section_end loadgen ok
-  else
-    section_end loadgen failed; failed+=(loadgen)
-  fi
-fi
-
-# ---------------------------------------------------------------- relay vs codecs and zstd --adapt
-RELAY_CODECS="none lz4 snappy zstd-1 zstd-3 zstd-9 deflate lzma-0 lzma-6 bzip2-1 bzip2-9"
-if want relay; then
-  section relay
-  pol=()
-  for c in $RELAY_CODECS; do pol+=(--relay-policy "$c=one:$c"); done
-  : > "$W/relay.txt"
-  if timeout 900 docs/experiments/relay_vs_cli.sh --rates 100mbit --payloads gentext --size-mb 16 \
-      --reps "$REPS" --tools "raw zstd-adapt relay" --relay "adaptive=$REL/hwqos-relay" \
-      "${pol[@]}" --relay-opt 'cpu_target = 0.0' --relay-opt 'chunk_bytes = 262144' \
-      --out "$W/relay.txt" 2>&1 | tee "$W/relay.log"; then
-    section_end relay ok
-  else
-    section_end relay failed; failed+=(relay)
-  fi
-fi
-
-# ---------------------------------------------------------------- SRA quota vs CFS bandwidth
-if want sra; then
-  section sra
-  if HWQOS_NO_BUILD=1 SRA_PRECISION_OUT=$W/sra docs/experiments/sra_precision.sh 300 2>&1 | tee "$W/sra.log"; then
-    section_end sra ok
-  else
-    section_end sra failed; failed+=(sra)
-  fi
-fi
-
-echo "end $(date -u +%FT%TZ) loadavg $(loadavg)" >> "$W/load.txt"
-t_end=$(date +%s)
-
-# ---------------------------------------------------------------- report
-mkdir -p "$RESULTS"
-for f in machine.txt load.txt monitor.json monitor.log loadgen/stressng.csv loadgen.log relay.txt relay.log \
-         sra/sra_precision.json sra/sra_precision.txt sra.log; do
-  name=${f/loadgen\//loadgen_}; name=${name#sra/}
-  if [ -f "$W/$f" ]; then cp "$W/$f" "$RESULTS/$name"; fi
-done
-python3 - "$W" "$OUT" "$((t_end - t_start))" "scripts/anchors.sh${ARGS:+ $ARGS}" "$ONLY" "$RELAY_CODECS" "$RESULTS" "${failed[*]:-}" <<'PY'
-import json, os, statistics as st, sys, collections, csv
-W, OUT, SECS, CMD, ONLY, CODECS, RESULTS, FAILED = sys.argv[1:9]
-only = ONLY.split(",")
-failed = FAILED.split()
-m = dict(l.rstrip("\n").split("=", 1) for l in open(f"{W}/machine.txt") if "=" in l)
-load = [l.split() for l in open(f"{W}/load.txt")]
+report() { # RESULTS dir -> $OUT, prints the summary
+python3 - "$RESULTS" "$OUT" <<'PY'
+import json, os, re, statistics as st, sys, collections, csv
+R, OUT = sys.argv[1:3]
+run = dict(l.rstrip("\n").split("=", 1) for l in open(f"{R}/run.txt") if "=" in l)
+SECS, CMD, CODECS = run["seconds"], run["command"], run["relay_codecs"]
+RESULTS = R
+only = run["only"].split(",")
+failed = run.get("failed", "").split()
+m = dict(l.rstrip("\n").split("=", 1) for l in open(f"{R}/machine.txt") if "=" in l)
+load = [l.split() for l in open(f"{R}/load.txt")]
 
 def sp(d, f="{:.3f}"):
     """'median [min–max]' of a spread dict from monitor_perf.py."""
@@ -254,10 +115,13 @@ P("Generated by `scripts/anchors.sh` (issue 22, item 3) — do not edit by hand;
   "noisy VM, where an absolute time alone means little.")
 P("")
 P(f"- **Command:** `{CMD}` (as root, from the repository root), run {m.get('date')}, "
-  f"took {int(SECS) // 60} min {int(SECS) % 60} s.")
+  f"took {int(SECS) // 60} min {int(SECS) % 60} s"
+  + (f"; this page rendered again from that run's raw results (`scripts/anchors.sh --report-from "
+     f"{os.environ['ANCHORS_REPORT_FROM']}`)" if os.environ.get("ANCHORS_REPORT_FROM") else "") + ".")
 P(f"- **Machine:** {m.get('model')}, {m.get('cpus')} vCPUs ({m.get('threads_per_core')} thread per core"
   f"{', ' + m['hypervisor'] + ' guest' if m.get('hypervisor') else ''}), {m.get('memory')}, "
-  f"kernel {m.get('kernel')}; {m.get('perf')}, {m.get('stressng')}, {m.get('zstd')}, {m.get('rustc')}; "
+  f"kernel {m.get('kernel')}; {m.get('perf')}, {m.get('stressng')}, "
+  f"zstd {(re.findall(r'v[0-9][0-9.]*', m.get('zstd', '')) or ['?'])[0]}, {m.get('rustc')}; "
   f"hwqos at commit {m.get('commit')}"
   + (f" ({m['built']})" if m.get("built", "this run") != "this run" else "")
   + (f" with {m.get('dirty')} uncommitted tracked files in the checkout (other work in progress on the shared machine)"
@@ -279,8 +143,8 @@ P("")
 
 # ------------------------------------------------------------ monitor
 mon = None
-if "monitor" in only and os.path.exists(f"{W}/monitor.json"):
-    mon = json.load(open(f"{W}/monitor.json"))
+if "monitor" in only and os.path.exists(f"{R}/monitor.json"):
+    mon = json.load(open(f"{R}/monitor.json"))
 if mon:
     P("## Monitor vs `perf stat -I`")
     P("")
@@ -297,7 +161,15 @@ if mon:
       "`/proc/PID/task/*/schedstat`: the scheduler's run time) — hwqos ÷ perf of the same repetition;")
     P("- **kept per CPU-s** = the workload's iterations per CPU-second it got (its own "
       "`/proc/self/schedstat`) with the tool ÷ without a tool in the same repetition: 1.000 = no "
-      "slowdown; insensitive to how much CPU the other tenants took from the workload;")
+      "slowdown; insensitive to how much CPU the other tenants took from the workload"
+      + ({"n": " (this kernel has no `CONFIG_IRQ_TIME_ACCOUNTING`, so interrupts on the workload's "
+               "CPU — a per-process counter read from another CPU is an IPI to it — are charged to "
+               "the workload's run time and do count as slowdown here"
+               + ("; steal time is not charged (`CONFIG_PARAVIRT_TIME_ACCOUNTING`)"
+                  if m.get("paravirt_time_accounting") == "y" else "") + ");",
+          "y": " (this kernel accounts interrupt time separately, `CONFIG_IRQ_TIME_ACCOUNTING`: "
+               "time in the tool's interrupts on the workload's CPU is *not* in this figure, only "
+               "their effect on caches and pipelines);"}.get(m.get("irq_time_accounting"), ";")))
     P("- **kept wall** = the same with iterations per wall-clock second (what a user sees; moves "
       "with the other tenants).")
     P("")
@@ -320,6 +192,21 @@ if mon:
                          f"{kh['median']:.3f} ; {kp['median']:.3f}" if kh and kp else "–",
                          "hwqos ≥ perf", "workload iterations ÷ its schedstat run time"))
     P("")
+    spin = []
+    for key, label in (("overhead", "per process"), ("overhead_per_cpu", "per CPU")):
+        for rate, row in mon.get(key, {}).items():
+            o = row["tool_cpu_ratio_hwqos_over_perf_paired"]
+            if int(rate) <= 100 and o and o["median"] > 1:
+                spin.append(f"{rate} Hz {label} ({o['median']:.2f})")
+    if spin:
+        P("**Own CPU above perf's at " + ", ".join(spin) + ".** Up to 100 Hz (periods of 10 ms "
+          "and longer) the monitor's default `sleep` is `slack-compensated`: it wakes early by a "
+          "learnt wake-up latency (bounded by a quarter of the period) and spins to the deadline, "
+          "which buys tick precision at the price of CPU, and the learnt latency grows on a busy "
+          "VM; above 100 Hz the default is a plain `absolute` sleep (docs/monitor.md, \"The "
+          "monitor's own CPU\"). `sleep = \"absolute\"` in the configuration removes the spin "
+          "at every rate; these runs use the defaults.")
+        P("")
     P(f"Load during this part: {section_load('monitor')}. Raw runs: "
       f"`{RESULTS}/monitor.json` (`runs`, `runs_iterations_per_cpu_sec`, `tool_cpu_s`, "
       "`paired_throughput_ratio_runs`).")
@@ -339,13 +226,33 @@ if mon:
           "read the per-CPU-second columns, and take a wall-clock difference between the tools "
           "smaller than that spread as no difference.")
         P("")
+    for key, label in (("overhead", "per process"), ("overhead_per_cpu", "per CPU")):
+        row = mon.get(key, {}).get("1000")
+        if not row:
+            continue
+        o = row["tool_cpu_ratio_hwqos_over_perf_paired"]
+        kh, kp = row["paired_throughput_ratio"]["hwqos"]["cpu_second"], row["paired_throughput_ratio"]["perf"]["cpu_second"]
+        if not (o and kh and kp):
+            continue
+        own = "≤ perf's" if o["median"] <= 1 else "**above** perf's"
+        if kh["max"] >= kp["min"] and kp["max"] >= kh["min"]:
+            slow = (f"not distinguishable from perf's in this run: throughput kept {kh['median']:.3f} "
+                    f"[{kh['min']:.3f}–{kh['max']:.3f}] with hwqos, {kp['median']:.3f} "
+                    f"[{kp['min']:.3f}–{kp['max']:.3f}] with perf, the ranges overlap")
+        elif kh["median"] > kp["median"]:
+            slow = f"smaller than perf's (kept {kh['median']:.3f} vs {kp['median']:.3f}, ranges apart)"
+        else:
+            slow = f"**larger** than perf's (kept {kh['median']:.3f} vs {kp['median']:.3f}, ranges apart)"
+        P(f"**1 kHz, {label} (issue 22's target):** own CPU {own} (median ratio {o['median']:.2f}); "
+          f"workload slowdown per CPU-second {slow}.")
+        P("")
     P("A throughput kept above 1.000 means that repetition's run with the tool happened to do "
       "more work than the one without: noise, not a speed-up. Differences between the tools "
       "smaller than the [min–max] ranges are not a ranking.")
     P("")
 
 # ------------------------------------------------------------ loadgen
-lg = f"{W}/loadgen/stressng.csv"
+lg = f"{R}/loadgen_stressng.csv"
 if "loadgen" in only and os.path.exists(lg):
     rows = list(csv.DictReader(open(lg)))
     P("## Load generator vs `stress-ng --cpu-load`")
@@ -394,7 +301,7 @@ if "loadgen" in only and os.path.exists(lg):
                          "closer to 1", "task-clock (software event)"))
 
 # ------------------------------------------------------------ relay
-rl = f"{W}/relay.txt"
+rl = f"{R}/relay.txt"
 if "relay" in only and os.path.exists(rl) and os.path.getsize(rl):
     runs = collections.defaultdict(dict)
     for l in open(rl):
@@ -446,7 +353,7 @@ if "relay" in only and os.path.exists(rl) and os.path.getsize(rl):
     P("")
 
 # ------------------------------------------------------------ sra
-sj = f"{W}/sra/sra_precision.json"
+sj = f"{R}/sra_precision.json"
 if "sra" in only and os.path.exists(sj):
     s = json.load(open(sj))
     tc = s["taskclock_per_10ms_period_ms"]
@@ -543,6 +450,176 @@ open(OUT, "w").write("\n".join(md) + "\n")
 print("\n".join(summary))
 print(f"wrote {OUT}")
 PY
+}
+[ -z "$REPORT_FROM" ] || { ANCHORS_REPORT_FROM=$REPORT_FROM report; exit 0; }
+
+# ---------------------------------------------------------------- prerequisites
+[ "$(uname -s)" = Linux ] || die "needs Linux (perf_event, cgroups, network namespaces)"
+[ "$(id -u)" -eq 0 ] || die "run as root: per-process perf events of other processes, taskset at nice -20, cgroups and network namespaces need it"
+command -v cargo >/dev/null 2>&1 || die "cargo not found: install a Rust toolchain (rustup) first"
+command -v python3 >/dev/null 2>&1 || die "python3 not found (apt-get install python3)"
+
+need=()
+command -v perf >/dev/null 2>&1 || need+=(linux-perf)
+command -v stress-ng >/dev/null 2>&1 || need+=(stress-ng)
+command -v zstd >/dev/null 2>&1 || need+=(zstd)
+command -v socat >/dev/null 2>&1 || need+=(socat)
+command -v bc >/dev/null 2>&1 || need+=(bc)
+command -v ip >/dev/null 2>&1 || need+=(iproute2)
+command -v taskset >/dev/null 2>&1 || need+=(util-linux)
+command -v pgrep >/dev/null 2>&1 || need+=(procps)
+if [ ${#need[@]} -gt 0 ]; then
+  command -v apt-get >/dev/null 2>&1 || die "missing ${need[*]} and no apt-get to install them; install them by hand"
+  echo "anchors.sh: installing ${need[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  { apt-get update -qq && apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null; } \
+    || die "could not install ${need[*]} with apt-get (no access to the package registry?)"
+fi
+for c in perf stress-ng zstd socat bc ip tc taskset pgrep; do
+  command -v "$c" >/dev/null 2>&1 || die "$c is still missing after installing packages"
+done
+perf stat -x, -e task-clock -- true >/dev/null 2>&1 \
+  || die "perf stat cannot count the task-clock software event (perf_event_paranoid? a perf that does not match the kernel?)"
+if want relay; then
+  ns="hwqanchor$$"
+  ip netns add "$ns" 2>/dev/null || die "ip netns add failed: the relay comparison needs network namespaces (or drop it: --only monitor,loadgen,sra)"
+  if ! { ip -n "$ns" link add p0 type veth peer name p1 && tc -n "$ns" qdisc add dev p0 root handle 1: htb default 10; } 2>/dev/null; then
+    ip netns del "$ns"; die "veth or tc htb unavailable: the relay comparison needs both"
+  fi
+  ip netns del "$ns"
+fi
+if want sra; then
+  grep -qw cpu /sys/fs/cgroup/cgroup.controllers 2>/dev/null || [ -d /sys/fs/cgroup/cpu ] \
+    || die "no cgroup cpu controller (v2 cpu.max or v1 cpu): the SRA comparison needs CFS bandwidth control"
+fi
+
+# ---------------------------------------------------------------- machine
+W=$(mktemp -d /tmp/anchors.XXXXXX)
+trap 'rm -rf "$W"' EXIT
+t_start=$(date +%s)
+loadavg() { cut -d' ' -f1-3 /proc/loadavg; }
+echo "start $(date -u +%FT%TZ) loadavg $(loadavg)" > "$W/load.txt"
+{
+  echo "date=$(date -u +%FT%TZ)"
+  echo "model=$(lscpu | sed -n 's/^Model name: *//p' | head -1)"
+  echo "cpus=$(nproc)"
+  echo "threads_per_core=$(lscpu | sed -n 's/^Thread(s) per core: *//p' | head -1)"
+  echo "hypervisor=$(lscpu | sed -n 's/^Hypervisor vendor: *//p' | head -1)"
+  echo "kernel=$(uname -r)"
+  echo "memory=$(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo)"
+  if perf stat -x, -e instructions -- true 2>&1 >/dev/null | grep -q '^[0-9]'; then
+    echo "pmu=yes"
+  else
+    echo "pmu=no"
+  fi
+  kconfig() { # OPTION -> y / n / unknown, from the running kernel's configuration
+    local v
+    if [ -r /proc/config.gz ]; then v=$(zcat /proc/config.gz | grep -E "^$1=|^# $1 is not set" || true)
+    elif [ -r "/boot/config-$(uname -r)" ]; then v=$(grep -E "^$1=|^# $1 is not set" "/boot/config-$(uname -r)" || true)
+    else echo unknown; return; fi
+    case "$v" in "$1=y") echo y ;; "") echo unknown ;; *) echo n ;; esac
+  }
+  echo "irq_time_accounting=$(kconfig CONFIG_IRQ_TIME_ACCOUNTING)"
+  echo "paravirt_time_accounting=$(kconfig CONFIG_PARAVIRT_TIME_ACCOUNTING)"
+  echo "commit=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
+  echo "dirty=$(git status --porcelain --untracked-files=no 2>/dev/null | wc -l)"
+  echo "perf=$(perf --version)"
+  echo "stressng=$(stress-ng --version | head -1)"
+  echo "zstd=$(zstd --version)"
+  echo "rustc=$(rustc --version 2>/dev/null || echo unknown)"
+} > "$W/machine.txt"
+
+# ---------------------------------------------------------------- build
+echo "anchors.sh: building the release binaries"
+bins=(-p hwqos-benches)
+want monitor && bins+=(-p hwqos-monitor)
+want loadgen && bins+=(-p hwqos-loadgen)
+want relay && bins+=(-p hwqos-relay)
+want sra && bins+=(-p hwqos-sra)
+REL=$ROOT/target/release
+[ -n "${CARGO_TARGET_DIR:-}" ] && REL=$CARGO_TARGET_DIR/release
+if [ "$BUILD" = 1 ]; then
+  cargo build --release -q "${bins[@]}" --bins || die "cargo build --release failed"
+  echo "built=this run" >> "$W/machine.txt"
+else
+  for b in hwqos-spinload hwqos-monitor hwqos-loadgen hwqos-relay hwqos-sra; do
+    [ -x "$REL/$b" ] || die "--no-build: $REL/$b is missing; build it first (cargo build --release ${bins[*]} --bins)"
+  done
+  echo "built=not rebuilt (--no-build): binaries in target/release built $(cd "$REL" && stat -c '%n %y' hwqos-spinload hwqos-monitor hwqos-loadgen hwqos-relay hwqos-sra | cut -c1-36 | sed 's/\.[0-9]*$//' | paste -sd, - | sed 's/,/, /g')" >> "$W/machine.txt"
+fi
+
+section() { # name: marks a part's start in load.txt
+  echo "$1 start $(date -u +%T) loadavg $(loadavg)" >> "$W/load.txt"
+  echo; echo "=== $1 ($(date -u +%T), load average $(loadavg))"
+}
+section_end() { # name status
+  echo "$1 end $(date -u +%T) loadavg $(loadavg) status $2" >> "$W/load.txt"
+}
+failed=()
+
+# ---------------------------------------------------------------- monitor vs perf
+if want monitor; then
+  section monitor
+  if HWQOS_BIN_DIR=$REL python3 docs/experiments/monitor_perf.py --no-build \
+      --only overhead,overhead-cpu --rates 10,100,1000 --reps "$REPS" --seconds 2 --warmup 0.5 \
+      -o "$W/monitor.json" 2>&1 | tee "$W/monitor.log"; then
+    section_end monitor ok
+  else
+    section_end monitor failed; failed+=(monitor)
+  fi
+fi
+
+# ---------------------------------------------------------------- loadgen vs stress-ng
+if want loadgen; then
+  section loadgen
+  if HWQOS_NO_BUILD=1 LOADGEN_STRESSNG_OUT=$W/loadgen docs/experiments/loadgen_stressng.sh 2 2>&1 | tee "$W/loadgen.log"; then
+    section_end loadgen ok
+  else
+    section_end loadgen failed; failed+=(loadgen)
+  fi
+fi
+
+# ---------------------------------------------------------------- relay vs codecs and zstd --adapt
+RELAY_CODECS="none lz4 snappy zstd-1 zstd-3 zstd-9 deflate lzma-0 lzma-6 bzip2-1 bzip2-9"
+if want relay; then
+  section relay
+  pol=()
+  for c in $RELAY_CODECS; do pol+=(--relay-policy "$c=one:$c"); done
+  : > "$W/relay.txt"
+  if timeout 900 docs/experiments/relay_vs_cli.sh --rates 100mbit --payloads gentext --size-mb 16 \
+      --reps "$REPS" --tools "raw zstd-adapt relay" --relay "adaptive=$REL/hwqos-relay" \
+      "${pol[@]}" --relay-opt 'cpu_target = 0.0' --relay-opt 'chunk_bytes = 262144' \
+      --out "$W/relay.txt" 2>&1 | tee "$W/relay.log"; then
+    section_end relay ok
+  else
+    section_end relay failed; failed+=(relay)
+  fi
+fi
+
+# ---------------------------------------------------------------- SRA quota vs CFS bandwidth
+if want sra; then
+  section sra
+  if HWQOS_NO_BUILD=1 SRA_PRECISION_OUT=$W/sra docs/experiments/sra_precision.sh 300 2>&1 | tee "$W/sra.log"; then
+    section_end sra ok
+  else
+    section_end sra failed; failed+=(sra)
+  fi
+fi
+
+echo "end $(date -u +%FT%TZ) loadavg $(loadavg)" >> "$W/load.txt"
+t_end=$(date +%s)
+
+# ---------------------------------------------------------------- report
+mkdir -p "$RESULTS"
+for f in machine.txt load.txt monitor.json monitor.log loadgen/stressng.csv loadgen.log relay.txt relay.log \
+         sra/sra_precision.json sra/sra_precision.txt sra.log; do
+  name=${f/loadgen\//loadgen_}; name=${name#sra/}
+  if [ -f "$W/$f" ]; then cp "$W/$f" "$RESULTS/$name"; fi
+done
+echo "command=scripts/anchors.sh${ARGS:+ $ARGS}" > "$RESULTS/run.txt"
+{ echo "seconds=$((t_end - t_start))"; echo "only=$ONLY"; echo "relay_codecs=$RELAY_CODECS"
+  echo "failed=${failed[*]:-}"; } >> "$RESULTS/run.txt"
+report
 echo "anchors.sh: $(( (t_end - t_start) / 60 )) min $(( (t_end - t_start) % 60 )) s"
 if [ ${#failed[@]} -gt 0 ]; then
   echo "anchors.sh: FAILED parts: ${failed[*]} (logs in $RESULTS/)" >&2
