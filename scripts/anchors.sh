@@ -145,6 +145,9 @@ P("")
 mon = None
 if "monitor" in only and os.path.exists(f"{R}/monitor.json"):
     mon = json.load(open(f"{R}/monitor.json"))
+mon_abs = None
+if mon and os.path.exists(f"{R}/monitor_absolute.json"):
+    mon_abs = json.load(open(f"{R}/monitor_absolute.json"))
 if mon:
     P("## Monitor vs `perf stat -I`")
     P("")
@@ -173,21 +176,30 @@ if mon:
     P("- **kept wall** = the same with iterations per wall-clock second (what a user sees; moves "
       "with the other tenants).")
     P("")
-    P("| rate | counting | own CPU hwqos ÷ perf | kept per CPU-s: hwqos | kept per CPU-s: perf | kept wall: hwqos | kept wall: perf | own CPU (median s) hwqos / perf |")
-    P("|---|---|---|---|---|---|---|---|")
+    P("| rate | counting | monitor `sleep` | own CPU hwqos ÷ perf | kept per CPU-s: hwqos | kept per CPU-s: perf | kept wall: hwqos | kept wall: perf | own CPU (median s) hwqos / perf |")
+    P("|---|---|---|---|---|---|---|---|---|")
     for key, label in (("overhead", "per process"), ("overhead_per_cpu", "per CPU")):
-        for rate, row in sorted(mon.get(key, {}).items(), key=lambda kv: int(kv[0])):
+      for src in (mon, mon_abs):
+        if not src:
+            continue
+        for rate, row in sorted(src.get(key, {}).items(), key=lambda kv: int(kv[0])):
             pr = row["paired_throughput_ratio"]
             r = f"{int(rate) // 1000} kHz" if int(rate) >= 1000 else f"{rate} Hz"
-            P(f"| {r} | {label} | {sp(row['tool_cpu_ratio_hwqos_over_perf_paired'], '{:.2f}')} "
+            sl = row.get("monitor_sleep", "default")
+            slp = "default (" + ("absolute" if int(rate) > 100 else "slack-compensated") + ")" if sl == "default" else sl
+            P(f"| {r} | {label} | {slp} | {sp(row['tool_cpu_ratio_hwqos_over_perf_paired'], '{:.2f}')} "
               f"| {sp(pr['hwqos']['cpu_second'])} | {sp(pr['perf']['cpu_second'])} "
               f"| {sp(pr['hwqos']['wall'])} | {sp(pr['perf']['wall'])} "
               f"| {row['hwqos_tool_cpu_s_median']:.3f} / {row['perf_tool_cpu_s_median']:.3f} |")
             ocpu = row["tool_cpu_ratio_hwqos_over_perf_paired"]
             kh, kp = pr["hwqos"]["cpu_second"], pr["perf"]["cpu_second"]
-            head.append((f"monitor vs perf stat -I, {r}, {label}: own CPU", "hwqos ÷ perf",
+            if sl != "default":
+                label_h = f"{label}, sleep = {sl}"
+            else:
+                label_h = label
+            head.append((f"monitor vs perf stat -I, {r}, {label_h}: own CPU", "hwqos ÷ perf",
                          sp(ocpu, "{:.2f}"), "≤ 1" , "scheduler run time (schedstat)"))
-            head.append((f"monitor vs perf stat -I, {r}, {label}: workload slowdown",
+            head.append((f"monitor vs perf stat -I, {r}, {label_h}: workload slowdown",
                          "throughput kept per CPU-s, hwqos ; perf",
                          f"{kh['median']:.3f} ; {kp['median']:.3f}" if kh and kp else "–",
                          "hwqos ≥ perf", "workload iterations ÷ its schedstat run time"))
@@ -205,7 +217,8 @@ if mon:
           "which buys tick precision at the price of CPU, and the learnt latency grows on a busy "
           "VM; above 100 Hz the default is a plain `absolute` sleep (docs/monitor.md, \"The "
           "monitor's own CPU\"). `sleep = \"absolute\"` in the configuration removes the spin "
-          "at every rate; these runs use the defaults.")
+          "at every rate" + ("; the rows with `sleep` = absolute are the same comparison with that "
+          "setting, run right after the default ones." if mon_abs else "."))
         P("")
     P(f"Load during this part: {section_load('monitor')}. Raw runs: "
       f"`{RESULTS}/monitor.json` (`runs`, `runs_iterations_per_cpu_sec`, `tool_cpu_s`, "
@@ -562,7 +575,11 @@ if want monitor; then
   section monitor
   if HWQOS_BIN_DIR=$REL python3 docs/experiments/monitor_perf.py --no-build \
       --only overhead,overhead-cpu --rates 10,100,1000 --reps "$REPS" --seconds 2 --warmup 0.5 \
-      -o "$W/monitor.json" 2>&1 | tee "$W/monitor.log"; then
+      -o "$W/monitor.json" 2>&1 | tee "$W/monitor.log" \
+    && echo "--- the same at 10 and 100 Hz with sleep = \"absolute\" (no spin before the deadline)" | tee -a "$W/monitor.log" \
+    && HWQOS_BIN_DIR=$REL python3 docs/experiments/monitor_perf.py --no-build \
+      --only overhead,overhead-cpu --rates 10,100 --reps "$REPS" --seconds 2 --warmup 0.5 --sleep absolute \
+      -o "$W/monitor_absolute.json" 2>&1 | tee -a "$W/monitor.log"; then
     section_end monitor ok
   else
     section_end monitor failed; failed+=(monitor)
@@ -611,7 +628,7 @@ t_end=$(date +%s)
 
 # ---------------------------------------------------------------- report
 mkdir -p "$RESULTS"
-for f in machine.txt load.txt monitor.json monitor.log loadgen/stressng.csv loadgen.log relay.txt relay.log \
+for f in machine.txt load.txt monitor.json monitor_absolute.json monitor.log loadgen/stressng.csv loadgen.log relay.txt relay.log \
          sra/sra_precision.json sra/sra_precision.txt sra.log; do
   name=${f/loadgen\//loadgen_}; name=${name#sra/}
   if [ -f "$W/$f" ]; then cp "$W/$f" "$RESULTS/$name"; fi

@@ -20,7 +20,7 @@ Reproduces the figures in docs/monitor.md ("Performance"):
 Run as root from the repository root:
   python3 docs/experiments/monitor_perf.py [--quick] [--only overhead,jitter,scale]
         [--jitter-seconds 600] [--rates 100,1000] [--reps N] [--seconds S] [--warmup S]
-        [--before DIR] [--no-build] -o docs/experiments/results/monitor_perf.json
+        [--sleep STRATEGY] [--before DIR] [--no-build] -o docs/experiments/results/monitor_perf.json
 (HWQOS_BIN_DIR=DIR measures the binaries in DIR; --before DIR adds DIR's
 hwqos-monitor as a fourth interleaved mode of the overhead runs.)
 
@@ -98,6 +98,8 @@ def write_config(d, rate, targets, per_cpu=False, procfs=False, frames=30000, ma
 # --before DIR: also run the hwqos-monitor binary in DIR (an earlier build) in the
 # same interleaving, as mode "hwqos_before".
 BEFORE = None
+# --sleep STRATEGY: the monitor's `sleep` in the overhead runs (default: its own default).
+SLEEP = None
 
 
 def start_monitor(cfg, cpu="0", binary=None):
@@ -177,7 +179,7 @@ def spin_run(mode, rate, seconds, warmup, per_cpu=False):
     mon = None
     if mode in ("hwqos", "hwqos_before"):
         targets = [] if per_cpu else [f"pid:{pid}"]
-        cfg = write_config(d, rate, targets, per_cpu=per_cpu, api=False)
+        cfg = write_config(d, rate, targets, per_cpu=per_cpu, api=False, sleep=SLEEP)
         mon = start_monitor(cfg, binary=BEFORE if mode == "hwqos_before" else None)
     elif mode == "perf":
         interval_ms = max(1, round(1000 / rate))
@@ -266,6 +268,7 @@ def overhead(rates, reps, seconds, warmup, per_cpu=False):
         row["runs_iterations_per_cpu_sec"] = per_cpu_s
         row["tool_cpu_s"] = cpu
         row["order"] = "rotated per repetition"
+        row["monitor_sleep"] = SLEEP or "default"
         # Each repetition's mode ÷ its own baseline: throughput kept (1 = no
         # slowdown), wall-clock and per CPU-second of the workload.
         row["paired_throughput_ratio"] = {m: {k: spread(v) for k, v in p.items()}
@@ -597,6 +600,9 @@ def main():
     ap.add_argument("--jitter-seconds", type=float, default=None)
     ap.add_argument("--seconds", type=float, default=None,
                     help="measured seconds per overhead run (default 5, 3 with --quick)")
+    ap.add_argument("--sleep", default=None,
+                    help="the monitor's `sleep` strategy in the overhead runs (e.g. absolute; "
+                         "default: the monitor's default for the rate)")
     ap.add_argument("--warmup", type=float, default=1.0,
                     help="warm-up seconds per overhead run (default 1)")
     ap.add_argument("-o", "--output", default=os.path.join(ROOT, "docs/experiments/results/monitor_perf.json"))
@@ -604,7 +610,8 @@ def main():
     a = ap.parse_args()
     if a.tick_window:
         return tick_window(a.tick_window[0], float(a.tick_window[1]))
-    global BEFORE
+    global BEFORE, SLEEP
+    SLEEP = a.sleep
     BEFORE = os.path.join(a.before, "hwqos-monitor") if a.before else None
     if os.geteuid() != 0:
         sys.exit("monitor_perf.py: run as root (per-process perf events of other processes, taskset)")
