@@ -111,7 +111,7 @@ pub use async_stream::{AsyncMessageStream, AsyncReceiver, AsyncSender, StreamHan
 pub use codec::{Codec, CodecError, CodecId, Registry};
 pub use endpoint::{Endpoint, Sampling, StreamConfig, StreamStats};
 pub use policy::PolicyKind;
-pub use stream::MessageStream;
+pub use stream::{MessageStream, Transport, DROP_DRAIN_TIMEOUT};
 pub use throttle::{
     CgroupLoad, CpuAggregate, CpuLoad, ProcStatLoad, ScriptedLoad, SharedThrottle, ThrottleConfig,
 };

@@ -1,5 +1,5 @@
-//! Blocking message streams over any `Read + Write` (a `TcpStream`, a Unix
-//! socket, a pipe pair): [`MessageStream::send_msg`] / [`MessageStream::recv_msg`].
+//! Blocking message streams over a [`Transport`] (a `TcpStream`, a Unix
+//! socket; any `Read + Write` with `impl Transport for T {}`): [`MessageStream::send_msg`] / [`MessageStream::recv_msg`].
 //!
 //! Each stream owns its [`Endpoint`] (learning, policy, throttle), so a
 //! process can run many independent streams. Set `TCP_NODELAY` on TCP
@@ -9,8 +9,11 @@
 use crate::codec::Registry;
 use crate::endpoint::{Endpoint, StreamConfig, StreamStats};
 use crate::wire::{FrameDecoder, RawFrame, WireError};
-use std::io::{ErrorKind, Read, Write};
+use std::io::{self, ErrorKind, Read, Write};
+use std::net::{Shutdown, TcpStream};
+use std::os::unix::net::UnixStream;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 const READ_CHUNK: usize = 16 * 1024;
 
@@ -77,16 +80,64 @@ impl FrameReader {
     }
 }
 
-/// A blocking message stream over any `Read + Write` (a `TcpStream`, a
+/// How long dropping a [`MessageStream`] waits for the peer to end its
+/// side (see [`MessageStream::finish`]).
+pub const DROP_DRAIN_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// A byte transport a [`MessageStream`] runs over: `Read + Write` plus the
+/// two things a graceful close needs, shutting the writing half down (the
+/// peer then reads a clean end of stream after everything written) and a
+/// read timeout (to bound the wait for the peer's end).
+///
+/// Implemented for `TcpStream` and `UnixStream`. Any other `Read + Write`
+/// can use the defaults (`impl Transport for MyPipe {}`): both report
+/// `Unsupported`, and such a stream is then closed by just dropping it.
+pub trait Transport: Read + Write {
+    /// Shuts the writing half down (`shutdown(SHUT_WR)`), leaving the
+    /// reading half open.
+    fn shutdown_write(&mut self) -> io::Result<()> {
+        Err(io::Error::new(ErrorKind::Unsupported, "no half-close"))
+    }
+
+    /// Sets how long a read may block (`None`: forever).
+    fn set_read_timeout(&mut self, timeout: Option<Duration>) -> io::Result<()> {
+        let _ = timeout;
+        Err(io::Error::new(ErrorKind::Unsupported, "no read timeout"))
+    }
+}
+
+impl Transport for TcpStream {
+    fn shutdown_write(&mut self) -> io::Result<()> {
+        self.shutdown(Shutdown::Write)
+    }
+
+    fn set_read_timeout(&mut self, timeout: Option<Duration>) -> io::Result<()> {
+        TcpStream::set_read_timeout(self, timeout)
+    }
+}
+
+impl Transport for UnixStream {
+    fn shutdown_write(&mut self) -> io::Result<()> {
+        self.shutdown(Shutdown::Write)
+    }
+
+    fn set_read_timeout(&mut self, timeout: Option<Duration>) -> io::Result<()> {
+        UnixStream::set_read_timeout(self, timeout)
+    }
+}
+
+/// A blocking message stream over a [`Transport`] (a `TcpStream`, a
 /// `UnixStream`): [`MessageStream::handshake`] on both ends (each end sends
 /// its hello, then reads the peer's, so the ends run concurrently), then
-/// [`MessageStream::send_msg`] and [`MessageStream::recv_msg`]. Over TCP on
-/// loopback, with a declared slow link so that compressing pays:
+/// [`MessageStream::send_msg`] and [`MessageStream::recv_msg`], and at the
+/// end [`MessageStream::finish`]. Over TCP on loopback, with a declared slow
+/// link so that compressing pays:
 ///
 /// ```
 /// use hwqos_compress::{MessageStream, Registry, StreamConfig, WireError};
 /// use std::net::{TcpListener, TcpStream};
 /// use std::sync::Arc;
+/// use std::time::Duration;
 ///
 /// # fn main() -> Result<(), WireError> {
 /// let config = StreamConfig { link_ns_per_byte: Some(800.0), throttle: None, ..Default::default() };
@@ -111,11 +162,9 @@ impl FrameReader {
 /// for _ in 0..50 {
 ///     s.send_msg(&record)?;
 /// }
-/// // Half-close, then read to the end: the peer's probe replies still in
-/// // flight must be read, or closing with them unread resets the connection.
-/// s.get_ref().shutdown(std::net::Shutdown::Write)?;
-/// assert_eq!(s.recv_msg()?, None);
 /// let stats = s.stats();
+/// // Half-close, read the peer's probe replies up to its end, close.
+/// assert_eq!(s.finish(Duration::from_secs(10))?, 0);
 /// assert_eq!(server.join().unwrap()?, 50 * record.len() as u64);
 /// assert_eq!(stats.app_bytes_sent, 50 * record.len() as u64);
 /// # #[cfg(any(feature = "zstd", feature = "lz4", feature = "snappy"))]
@@ -123,15 +172,38 @@ impl FrameReader {
 /// # Ok(())
 /// # }
 /// ```
-pub struct MessageStream<S: Read + Write> {
-    io: S,
+///
+/// **Ending a stream.** Closing a socket that still holds unread bytes (the
+/// peer's probe replies arrive at any time) makes the kernel reset the
+/// connection, which can discard what this end wrote and the peer has not
+/// read yet. [`finish`](Self::finish) avoids that: it shuts the writing
+/// half down (the peer reads everything, then a clean end), reads and
+/// discards what the peer still sends up to its end, then closes.
+/// **Dropping** the stream does the same, best effort, waiting at most
+/// [`DROP_DRAIN_TIMEOUT`] for the peer's end (then it closes anyway, with
+/// nothing left unread, so no reset); [`into_inner`](Self::into_inner)
+/// does none of this. On the receiving side a reset is never a clean end:
+/// `recv_msg` returns [`WireError::Reset`], also when the reset was first
+/// seen while writing probe replies.
+pub struct MessageStream<S: Transport> {
+    /// `None` only after `into_inner`.
+    io: Option<S>,
     endpoint: Endpoint,
     reader: FrameReader,
     out: Vec<u8>,
     replies: Vec<u8>,
+    /// The peer reset the connection (sticky: reported by every later call).
+    reset: bool,
+    /// `finish` ran (or `into_inner`): nothing left for `Drop`.
+    closed: bool,
 }
 
-impl<S: Read + Write> MessageStream<S> {
+/// `ECONNRESET`, as an I/O error or wrapped in a [`WireError`].
+fn is_reset(e: &WireError) -> bool {
+    matches!(e, WireError::Io(e) if e.kind() == ErrorKind::ConnectionReset)
+}
+
+impl<S: Transport> MessageStream<S> {
     /// Runs the handshake (both ends send their hello, then read the peer's).
     pub fn handshake(
         io: S,
@@ -153,16 +225,45 @@ impl<S: Read + Write> MessageStream<S> {
             .ok_or(WireError::Closed(" during the handshake"))?;
         endpoint.accept_hello(hello)?;
         Ok(MessageStream {
-            io,
+            io: Some(io),
             endpoint,
             reader,
             out: Vec::new(),
             replies: Vec::new(),
+            reset: false,
+            closed: false,
         })
+    }
+
+    fn io(&mut self) -> &mut S {
+        self.io
+            .as_mut()
+            .expect("the transport is there until into_inner")
+    }
+
+    /// The error for a reset connection (and remembers it).
+    fn reset_error(&mut self) -> WireError {
+        self.reset = true;
+        WireError::Reset {
+            messages: self.endpoint.stats().messages_received,
+        }
+    }
+
+    /// `e`, or [`WireError::Reset`] when the connection was reset (now or
+    /// before: a reset explains a truncated frame or a broken pipe).
+    fn classify(&mut self, e: WireError) -> WireError {
+        if self.reset || is_reset(&e) {
+            self.reset_error()
+        } else {
+            e
+        }
     }
 
     /// Sends one message (with any probe replies still pending in front of it).
     pub fn send_msg(&mut self, msg: &[u8]) -> Result<(), WireError> {
+        if self.reset {
+            return Err(self.reset_error());
+        }
         self.out.clear();
         let pending = self.replies.len();
         self.out.append(&mut self.replies);
@@ -171,14 +272,21 @@ impl<S: Read + Write> MessageStream<S> {
             return Err(e);
         }
         self.endpoint.stamp_replies(&mut self.out[..pending]);
-        self.io.write_all(&self.out)?;
-        self.io.flush()?;
+        let io = self
+            .io
+            .as_mut()
+            .expect("the transport is there until into_inner");
+        if let Err(e) = io.write_all(&self.out).and_then(|()| io.flush()) {
+            return Err(self.classify(e.into()));
+        }
         self.endpoint.run_deferred_sample();
         Ok(())
     }
 
     /// Receives the next message; `Ok(None)` when the peer closed the stream
-    /// at a message boundary.
+    /// at a message boundary. A connection the peer reset is
+    /// [`WireError::Reset`] (after the messages that arrived before it),
+    /// never `Ok(None)`.
     ///
     /// Probe replies are not written on their own: they ride in front of the
     /// next [`send_msg`](Self::send_msg) (no extra write and no extra segment
@@ -191,10 +299,16 @@ impl<S: Read + Write> MessageStream<S> {
                 Some(f) => f,
                 None => {
                     self.flush_replies();
-                    if !self.reader.fill(&mut self.io)? {
-                        return Ok(None);
+                    let io = self
+                        .io
+                        .as_mut()
+                        .expect("the transport is there until into_inner");
+                    match self.reader.fill(io) {
+                        Ok(true) => continue,
+                        Ok(false) if self.reset => return Err(self.reset_error()),
+                        Ok(false) => return Ok(None),
+                        Err(e) => return Err(self.classify(e)),
                     }
-                    continue;
                 }
             };
             let msg = self.endpoint.decode(frame, &mut self.replies)?;
@@ -204,15 +318,90 @@ impl<S: Read + Write> MessageStream<S> {
         }
     }
 
-    /// Writes pending probe replies now. Best effort: after a half-close the
-    /// peer only misses an RTT sample.
+    /// Writes pending probe replies now. Best effort (after a half-close the
+    /// peer only misses an RTT sample), except that a reset is remembered:
+    /// the write may be what reads the reset, and the next read would then
+    /// see a plain end of stream.
     fn flush_replies(&mut self) {
         if !self.replies.is_empty() {
             self.endpoint.stamp_replies(&mut self.replies);
-            if self.io.write_all(&self.replies).is_ok() {
-                let _ = self.io.flush();
+            let io = self
+                .io
+                .as_mut()
+                .expect("the transport is there until into_inner");
+            let written = io.write_all(&self.replies).and_then(|()| io.flush());
+            if let Err(e) = written {
+                if e.kind() == ErrorKind::ConnectionReset {
+                    self.reset = true;
+                }
             }
             self.replies.clear();
+        }
+    }
+
+    /// Ends the stream gracefully: writes the probe replies still owed,
+    /// shuts the writing half down (the peer reads every message sent, then
+    /// a clean end of stream), then reads what the peer still sends until
+    /// its end of stream, at most `timeout`, and closes. Reading to the
+    /// peer's end matters: closing with bytes unread makes the kernel reset
+    /// the connection, which can discard data the peer has not read yet.
+    ///
+    /// `Ok(n)`: the peer ended its side; `n` messages it sent that this end
+    /// had not received were discarded (0 when the application read them
+    /// all). Errors: the peer did not end its side within `timeout` (an I/O
+    /// error of kind `TimedOut`; the stream is closed anyway, with nothing
+    /// unread), [`WireError::Reset`], or a malformed frame. A transport that
+    /// cannot half-close (see [`Transport`]) is just closed (`Ok(0)`); one
+    /// without a read timeout waits for the peer's end without bound.
+    pub fn finish(mut self, timeout: Duration) -> Result<u64, WireError> {
+        self.close(timeout, false)
+    }
+
+    fn close(&mut self, timeout: Duration, dropping: bool) -> Result<u64, WireError> {
+        self.closed = true;
+        if self.io.is_none() {
+            return Ok(0);
+        }
+        if self.reset {
+            return Err(self.reset_error());
+        }
+        self.flush_replies();
+        match self.io().shutdown_write() {
+            Ok(()) => {}
+            Err(e) if e.kind() == ErrorKind::Unsupported => return Ok(0),
+            Err(e) => return Err(self.classify(e.into())),
+        }
+        let deadline = Instant::now() + timeout;
+        let mut discarded = 0;
+        loop {
+            while let Some(frame) = self.reader.step()? {
+                // Replies to the peer's probes can no longer be sent.
+                let msg = self.endpoint.decode(frame, &mut self.replies)?;
+                self.replies.clear();
+                discarded += u64::from(msg.is_some());
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(timed_out(timeout));
+            }
+            match self.io().set_read_timeout(Some(left)) {
+                Ok(()) => {}
+                // Dropping never blocks without bound.
+                Err(e) if e.kind() == ErrorKind::Unsupported && dropping => return Ok(discarded),
+                Err(e) if e.kind() == ErrorKind::Unsupported => {}
+                Err(e) => return Err(e.into()),
+            }
+            let io = self.io.as_mut().expect("checked above");
+            match self.reader.fill(io) {
+                Ok(true) => {}
+                Ok(false) => return Ok(discarded),
+                Err(WireError::Io(e))
+                    if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) =>
+                {
+                    return Err(timed_out(timeout));
+                }
+                Err(e) => return Err(self.classify(e)),
+            }
         }
     }
 
@@ -233,12 +422,37 @@ impl<S: Read + Write> MessageStream<S> {
 
     /// The underlying transport.
     pub fn get_ref(&self) -> &S {
-        &self.io
+        self.io
+            .as_ref()
+            .expect("the transport is there until into_inner")
     }
 
-    /// The underlying transport; bytes already read past the last message
+    /// The underlying transport, as it is: no graceful close (see
+    /// [`finish`](Self::finish)); bytes already read past the last message
     /// are lost.
-    pub fn into_inner(self) -> S {
+    pub fn into_inner(mut self) -> S {
+        self.closed = true;
         self.io
+            .take()
+            .expect("the transport is there until into_inner")
+    }
+}
+
+fn timed_out(timeout: Duration) -> WireError {
+    WireError::Io(io::Error::new(
+        ErrorKind::TimedOut,
+        format!(
+            "the peer did not end its side of the stream within {timeout:?} of this end finishing"
+        ),
+    ))
+}
+
+/// Dropping a stream ends it like [`MessageStream::finish`], best effort,
+/// waiting at most [`DROP_DRAIN_TIMEOUT`] for the peer's end.
+impl<S: Transport> Drop for MessageStream<S> {
+    fn drop(&mut self) {
+        if !self.closed && !self.reset {
+            let _ = self.close(DROP_DRAIN_TIMEOUT, true);
+        }
     }
 }

@@ -175,6 +175,14 @@ pub enum WireError {
     /// when (` during the handshake`).
     #[error("connection closed by the peer{0}")]
     Closed(&'static str),
+    /// The peer reset the connection (TCP RST, `ECONNRESET`) after this end
+    /// had received `messages` messages: whatever it sent after those may
+    /// be lost, so this is never reported as a clean end of stream.
+    #[error("the peer reset the connection after {messages} messages; data it sent after those may be lost")]
+    Reset {
+        /// Messages received on the stream before the reset.
+        messages: u64,
+    },
     /// Reading or writing the transport failed.
     #[error("i/o error: {0}")]
     Io(#[from] std::io::Error),
@@ -198,6 +206,7 @@ impl WireError {
             WireError::Handshake(_) => "handshake",
             WireError::MessageTooLarge { .. } => "too_large",
             WireError::Closed(_) => "closed",
+            WireError::Reset { .. } => "reset",
             WireError::Io(_) => "io",
         }
     }

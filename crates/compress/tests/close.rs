@@ -1,0 +1,141 @@
+//! How a blocking stream ends over real TCP (loopback): a sender dropped
+//! with the peer's probe replies unread still delivers every message and
+//! then a clean end; a peer that resets the connection is an error at the
+//! receiver, never a clean end.
+
+use hwqos_compress::{MessageStream, Registry, StreamConfig, WireError};
+use std::net::{TcpListener, TcpStream};
+use std::os::fd::AsRawFd;
+use std::sync::Arc;
+use std::thread;
+
+/// A slow declared link so that the adaptive policy probes (the first 8
+/// messages each carry a probe, which the receiver answers).
+fn config() -> StreamConfig {
+    StreamConfig {
+        link_ns_per_byte: Some(800.0),
+        throttle: None,
+        ..StreamConfig::default()
+    }
+}
+
+/// Message `i`: about 3 KiB of text, different for every `i`.
+fn message(i: u32) -> Vec<u8> {
+    let mut m = Vec::new();
+    while m.len() < 3000 {
+        m.extend(
+            format!(
+                "GET /item/{i}/{} HTTP/1.1\r\nHost: example.com\r\n\r\n",
+                m.len()
+            )
+            .bytes(),
+        );
+    }
+    m
+}
+
+/// A connected loopback pair: (client, server).
+fn tcp_pair() -> (TcpStream, TcpStream) {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let client = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+    let (server, _) = listener.accept().unwrap();
+    for s in [&client, &server] {
+        s.set_nodelay(true).unwrap();
+        // A safety bound against a hang, not a timing assertion.
+        s.set_read_timeout(Some(std::time::Duration::from_secs(60)))
+            .unwrap();
+    }
+    (client, server)
+}
+
+/// Receives until the stream ends: the messages, and how it ended.
+fn receive_all(s: &mut MessageStream<TcpStream>) -> (Vec<Vec<u8>>, Result<(), WireError>) {
+    let mut got = Vec::new();
+    loop {
+        match s.recv_msg() {
+            Ok(Some(m)) => got.push(m),
+            Ok(None) => return (got, Ok(())),
+            Err(e) => return (got, Err(e)),
+        }
+    }
+}
+
+#[test]
+fn a_sender_dropped_with_replies_unread_delivers_everything() {
+    let (client, server) = tcp_pair();
+    let receiver = thread::spawn(move || {
+        let mut s = MessageStream::handshake(server, config(), Arc::new(Registry::standard()))
+            .expect("server handshake");
+        receive_all(&mut s)
+    });
+    let mut s = MessageStream::handshake(client, config(), Arc::new(Registry::standard()))
+        .expect("client handshake");
+    for i in 0..50 {
+        s.send_msg(&message(i)).expect("send");
+    }
+    // Wait until a probe reply has arrived (peek blocks until bytes are
+    // readable), so that the drop below finds replies unread: the case that
+    // used to reset the connection.
+    let mut byte = [0u8; 1];
+    assert_eq!(s.get_ref().peek(&mut byte).expect("peek"), 1);
+    assert!(s.stats().probes > 0, "the sender probed");
+    drop(s);
+
+    let (got, end) = receiver.join().expect("receiver thread");
+    assert_eq!(got.len(), 50, "messages received before the end ({end:?})");
+    for (i, m) in got.iter().enumerate() {
+        assert!(m == &message(i as u32), "message {i} differs");
+    }
+    end.expect("a clean end of stream after the 50 messages");
+}
+
+#[test]
+fn a_peer_that_resets_the_connection_is_an_error_not_a_clean_end() {
+    let (client, server) = tcp_pair();
+    let receiver = thread::spawn(move || {
+        let mut s = MessageStream::handshake(server, config(), Arc::new(Registry::standard()))
+            .expect("server handshake");
+        receive_all(&mut s)
+    });
+    let mut s = MessageStream::handshake(client, config(), Arc::new(Registry::standard()))
+        .expect("client handshake");
+    for i in 0..20 {
+        s.send_msg(&message(i)).expect("send");
+    }
+    // Wait for a reply (the receiver is mid-stream), then reset: SO_LINGER
+    // with a zero timeout makes close() send RST instead of FIN.
+    let mut byte = [0u8; 1];
+    assert_eq!(s.get_ref().peek(&mut byte).expect("peek"), 1);
+    let tcp = s.into_inner();
+    let linger = libc::linger {
+        l_onoff: 1,
+        l_linger: 0,
+    };
+    // SAFETY: setsockopt reads `size_of::<linger>()` bytes from a value we own.
+    let r = unsafe {
+        libc::setsockopt(
+            tcp.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_LINGER,
+            (&linger as *const libc::linger).cast(),
+            std::mem::size_of::<libc::linger>() as libc::socklen_t,
+        )
+    };
+    assert_eq!(r, 0, "setsockopt(SO_LINGER)");
+    drop(tcp);
+
+    let (got, end) = receiver.join().expect("receiver thread");
+    assert!(got.len() <= 20, "{} messages", got.len());
+    for (i, m) in got.iter().enumerate() {
+        assert!(m == &message(i as u32), "message {i} differs");
+    }
+    let err = end.expect_err("a reset must not read as a clean end of stream");
+    assert_eq!(err.kind_label(), "reset", "{err}");
+    assert!(
+        err.to_string().contains(&format!(
+            "reset the connection after {} messages",
+            got.len()
+        )),
+        "{err}"
+    );
+}
