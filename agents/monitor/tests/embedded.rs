@@ -109,7 +109,7 @@ fn embedded_monitor_with_a_scripted_source() {
     // half time = 200 events in 10 ms = 20000/s.
     let text = h.render_metrics();
     assert!(
-        text.contains("hwqos_sw_page_faults_per_second{scope=\"cpu\",cpu=\"0\"} 20000\n"),
+        text.contains("hwqos_sw_page_faults_per_second{scope=\"cpu\",cpu=\"0\"} 20000.0\n"),
         "{text}"
     );
     assert!(text.contains(
