@@ -21,11 +21,19 @@
 //! most hardware cells empty). The last column, `multiplexed`, lists the metrics
 //! of the row whose value was scaled from a multiplexed counter, separated by `;`
 //! (empty when none was).
+//!
+//! The CSV writer and reader (`CsvWriter`, `write_csv`, `read_csv`,
+//! `read_csv_from`) need the crate feature **`csv`** (off by default: it adds
+//! the `csv` and `csv-core` crates); the JSON-lines format is always built.
 
 use crate::time::format_rfc3339;
-use crate::{Frame, MetricName, Scope, Timestamp};
+use crate::{Frame, Timestamp};
+#[cfg(feature = "csv")]
+use crate::{MetricName, Scope};
 use serde::{Deserialize, Serialize};
+#[cfg(feature = "csv")]
 use std::collections::{BTreeMap, BTreeSet};
+#[cfg(feature = "csv")]
 use std::fmt::Write as _;
 use std::io::{self, BufRead, BufReader, Read, Write};
 use std::path::{Path, PathBuf};
@@ -163,7 +171,7 @@ pub struct Recording {
 /// Why a recording could not be read.
 ///
 /// Every variant carries the `path` the caller gave (for a reader, the name
-/// passed to [`read_recording_from`] or [`read_csv_from`]) and, where one
+/// passed to [`read_recording_from`] or `read_csv_from`) and, where one
 /// line is at fault, its 1-based `line` number, so the message locates the
 /// problem.
 #[derive(Debug, thiserror::Error)]
@@ -393,8 +401,10 @@ pub fn read_recording_from(
 pub const CSV_FIXED_COLUMNS: &[&str] = &["seq", "mono_ns", "wall_time", "scope", "label"];
 
 /// Writes frames as CSV (one row per scope per tick; see the module docs).
+/// Needs the crate feature `csv`.
 /// Needs the frames twice (once for the header's metric columns); where frames
 /// are produced one at a time, use [`CsvWriter`] with the metric list.
+#[cfg(feature = "csv")]
 pub fn write_csv<'a, W, I>(out: W, frames: I) -> io::Result<W>
 where
     W: Write,
@@ -419,6 +429,9 @@ where
 /// Every row of a frame has reached `out` when [`CsvWriter::write_frame`]
 /// returns (the monitor moves whole rows from it to its segment files), but
 /// `out` is flushed only by [`CsvWriter::finish`].
+///
+/// Needs the crate feature `csv`.
+#[cfg(feature = "csv")]
 pub struct CsvWriter<W: Write> {
     out: csv::Writer<NoFlush<W>>,
     column: BTreeMap<MetricName, usize>,
@@ -430,8 +443,10 @@ pub struct CsvWriter<W: Write> {
 /// Passes writes on and ignores flushes: the `csv` writer's `flush` hands
 /// its buffer over (what [`CsvWriter`] needs after each frame) and would
 /// otherwise also flush `out` (a `write(2)` per frame for a `BufWriter`).
+#[cfg(feature = "csv")]
 struct NoFlush<W>(W);
 
+#[cfg(feature = "csv")]
 impl<W: Write> Write for NoFlush<W> {
     fn write(&mut self, bytes: &[u8]) -> io::Result<usize> {
         self.0.write(bytes)
@@ -446,6 +461,7 @@ impl<W: Write> Write for NoFlush<W> {
 
 /// A `csv` crate error while writing: an I/O error of `out` (records are
 /// never checked for length here, nor serialized).
+#[cfg(feature = "csv")]
 fn csv_io(e: csv::Error) -> io::Error {
     match e.into_kind() {
         csv::ErrorKind::Io(e) => e,
@@ -453,6 +469,7 @@ fn csv_io(e: csv::Error) -> io::Error {
     }
 }
 
+#[cfg(feature = "csv")]
 impl<W: Write> CsvWriter<W> {
     /// Writes the header with one column per metric, in sorted order.
     pub fn new(out: W, metrics: impl IntoIterator<Item = MetricName>) -> io::Result<Self> {
@@ -517,9 +534,7 @@ impl<W: Write> CsvWriter<W> {
                 .write_field(multiplexed.join(";"))
                 .map_err(csv_io)?;
             // An empty record ends the row.
-            self.out
-                .write_record(None::<&[u8]>)
-                .map_err(csv_io)?;
+            self.out.write_record(None::<&[u8]>).map_err(csv_io)?;
         }
         // Hand the frame's rows to `out` (not flushing it).
         self.out.flush()
@@ -537,7 +552,8 @@ impl<W: Write> CsvWriter<W> {
     }
 }
 
-/// One CSV row read back.
+/// One CSV row read back (crate feature `csv`).
+#[cfg(feature = "csv")]
 #[derive(Clone, Debug, PartialEq)]
 pub struct CsvRow {
     /// The frame's sequence number ([`Frame::seq`]).
@@ -556,7 +572,9 @@ pub struct CsvRow {
     pub multiplexed: Vec<MetricName>,
 }
 
-/// A CSV recording read back: its metric columns and rows.
+/// A CSV recording read back: its metric columns and rows (crate feature
+/// `csv`).
+#[cfg(feature = "csv")]
 #[derive(Clone, Debug, PartialEq)]
 pub struct CsvTable {
     /// The metric columns of the header, in column order.
@@ -568,6 +586,7 @@ pub struct CsvTable {
 /// Splits one CSV record with the `csv` crate (RFC 4180). `record` holds the
 /// whole record, bounded by the caller ([`MAX_LINE_BYTES`]: the crate's
 /// reader does not bound a record) and its quotes balanced.
+#[cfg(feature = "csv")]
 fn split_csv_record(record: &str) -> Result<Vec<String>, String> {
     let mut reader = csv::ReaderBuilder::new()
         .has_headers(false)
@@ -589,6 +608,7 @@ fn split_csv_record(record: &str) -> Result<Vec<String>, String> {
 }
 
 /// Reads a CSV recording written by [`write_csv`].
+#[cfg(feature = "csv")]
 pub fn read_csv(path: impl AsRef<Path>) -> Result<CsvTable, RecordingError> {
     let path = path.as_ref();
     let file = std::fs::File::open(path).map_err(|source| RecordingError::Io {
@@ -599,6 +619,7 @@ pub fn read_csv(path: impl AsRef<Path>) -> Result<CsvTable, RecordingError> {
 }
 
 /// Reads a CSV recording from any reader; `path` names it in errors.
+#[cfg(feature = "csv")]
 pub fn read_csv_from(mut reader: impl BufRead, path: &Path) -> Result<CsvTable, RecordingError> {
     let bad = |line: usize, message: String| RecordingError::BadCsv {
         path: path.to_path_buf(),
@@ -728,7 +749,7 @@ pub fn node_name() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{CounterReading, Sample, ScopeLabel};
+    use crate::{CounterReading, MetricName, Sample, Scope, ScopeLabel};
     use std::io::Cursor;
 
     fn m(s: &'static str) -> MetricName {
@@ -885,6 +906,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg(feature = "csv")]
     fn csv_layout_and_round_trip() {
         let fr = frames();
         let bytes = write_csv(Vec::new(), &fr).unwrap();
@@ -923,6 +945,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg(feature = "csv")]
     fn csv_errors_name_the_line() {
         let text = "seq,mono_ns,wall_time,scope,label,sw.page_faults,multiplexed\n1,2,t,cpu:0,,1,\n1,2,t,cpu:x,,1,\n";
         let e =
@@ -937,6 +960,7 @@ mod tests {
     /// read like LF; a stray quote that hides a line break is refused with
     /// its line, not read as two rows or dropped.
     #[test]
+    #[cfg(feature = "csv")]
     fn csv_quoting_line_breaks_and_crlf() {
         let t = Timestamp {
             mono_ns: 5,
@@ -982,9 +1006,12 @@ mod tests {
         // opens a quoted field, so the line break ends a record.
         let stray = "seq,mono_ns,wall_time,scope,label,sw.page_faults,multiplexed\n\
                      1,2,t,cpu:0,a\"b\nc\"d,1,\n";
-        let e = read_csv_from(Cursor::new(stray.as_bytes().to_vec()), Path::new("r.csv"))
-            .unwrap_err();
+        let e =
+            read_csv_from(Cursor::new(stray.as_bytes().to_vec()), Path::new("r.csv")).unwrap_err();
         assert!(matches!(e, RecordingError::BadCsv { line: 2, .. }), "{e}");
-        assert!(e.to_string().contains("line break outside a quoted field"), "{e}");
+        assert!(
+            e.to_string().contains("line break outside a quoted field"),
+            "{e}"
+        );
     }
 }
