@@ -61,8 +61,10 @@ async fn main() -> Result<(), WireError> {
         let echoed = rx.recv_msg().await?;
         assert_eq!(echoed, Some(message(i)), "echo of {i}");
     }
-    assert_eq!(rx.recv_msg().await?, None);
     sender.await.expect("sender task")?;
+    // Read to the echo end's clean end (nothing is left to discard), so
+    // that closing does not reset the connection.
+    assert_eq!(rx.finish(std::time::Duration::from_secs(10)).await?, 0);
     echo.await.expect("echo task")?;
 
     let st = handle.stats();

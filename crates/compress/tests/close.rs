@@ -34,6 +34,26 @@ fn message(i: u32) -> Vec<u8> {
     m
 }
 
+/// SO_LINGER with a zero timeout: closing the socket then sends RST
+/// instead of FIN.
+fn linger_zero(fd: std::os::fd::RawFd) {
+    let linger = libc::linger {
+        l_onoff: 1,
+        l_linger: 0,
+    };
+    // SAFETY: setsockopt reads `size_of::<linger>()` bytes from a value we own.
+    let r = unsafe {
+        libc::setsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            libc::SO_LINGER,
+            (&linger as *const libc::linger).cast(),
+            std::mem::size_of::<libc::linger>() as libc::socklen_t,
+        )
+    };
+    assert_eq!(r, 0, "setsockopt(SO_LINGER)");
+}
+
 /// A connected loopback pair: (client, server).
 fn tcp_pair() -> (TcpStream, TcpStream) {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
@@ -107,21 +127,7 @@ fn a_peer_that_resets_the_connection_is_an_error_not_a_clean_end() {
     let mut byte = [0u8; 1];
     assert_eq!(s.get_ref().peek(&mut byte).expect("peek"), 1);
     let tcp = s.into_inner();
-    let linger = libc::linger {
-        l_onoff: 1,
-        l_linger: 0,
-    };
-    // SAFETY: setsockopt reads `size_of::<linger>()` bytes from a value we own.
-    let r = unsafe {
-        libc::setsockopt(
-            tcp.as_raw_fd(),
-            libc::SOL_SOCKET,
-            libc::SO_LINGER,
-            (&linger as *const libc::linger).cast(),
-            std::mem::size_of::<libc::linger>() as libc::socklen_t,
-        )
-    };
-    assert_eq!(r, 0, "setsockopt(SO_LINGER)");
+    linger_zero(tcp.as_raw_fd());
     drop(tcp);
 
     let (got, end) = receiver.join().expect("receiver thread");
@@ -138,4 +144,113 @@ fn a_peer_that_resets_the_connection_is_an_error_not_a_clean_end() {
         )),
         "{err}"
     );
+}
+
+#[cfg(feature = "tokio")]
+mod tokio_streams {
+    use super::{config, linger_zero, message};
+    use hwqos_compress::{AsyncMessageStream, Registry, WireError};
+    use std::os::fd::AsRawFd;
+    use std::sync::Arc;
+    use std::time::Duration;
+    use tokio::net::{TcpListener, TcpStream};
+
+    type Stream =
+        AsyncMessageStream<tokio::net::tcp::OwnedReadHalf, tokio::net::tcp::OwnedWriteHalf>;
+
+    /// Both ends of a loopback connection, handshaken: (client, server).
+    async fn pair() -> (Stream, Stream) {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let client = async {
+            let tcp = TcpStream::connect(addr).await.unwrap();
+            tcp.set_nodelay(true).unwrap();
+            let (r, w) = tcp.into_split();
+            AsyncMessageStream::handshake(r, w, config(), Arc::new(Registry::standard()))
+                .await
+                .unwrap()
+        };
+        let server = async {
+            let (tcp, _) = listener.accept().await.unwrap();
+            tcp.set_nodelay(true).unwrap();
+            let (r, w) = tcp.into_split();
+            AsyncMessageStream::handshake(r, w, config(), Arc::new(Registry::standard()))
+                .await
+                .unwrap()
+        };
+        tokio::join!(client, server)
+    }
+
+    async fn receive_all(mut s: Stream) -> (Vec<Vec<u8>>, Result<(), WireError>) {
+        let mut got = Vec::new();
+        loop {
+            match s.recv_msg().await {
+                Ok(Some(m)) => got.push(m),
+                Ok(None) => return (got, Ok(())),
+                Err(e) => return (got, Err(e)),
+            }
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn finish_delivers_everything_then_a_clean_end() {
+        let (mut client, server) = pair().await;
+        let receiver = tokio::spawn(receive_all(server));
+        for i in 0..50 {
+            client.send_msg(&message(i)).await.expect("send");
+        }
+        assert!(client.stats().probes > 0, "the sender probed");
+        let discarded = client
+            .finish(Duration::from_secs(60))
+            .await
+            .expect("finish");
+        assert_eq!(discarded, 0);
+        let (got, end) = receiver.await.unwrap();
+        assert_eq!(got.len(), 50, "messages received before the end ({end:?})");
+        for (i, m) in got.iter().enumerate() {
+            assert!(m == &message(i as u32), "message {i} differs");
+        }
+        end.expect("a clean end of stream after the 50 messages");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_reset_is_an_error_not_a_clean_end() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        // The resetting peer is a blocking stream in a thread.
+        let peer = std::thread::spawn(move || {
+            let tcp = std::net::TcpStream::connect(addr).unwrap();
+            tcp.set_nodelay(true).unwrap();
+            let mut s = hwqos_compress::MessageStream::handshake(
+                tcp,
+                config(),
+                Arc::new(Registry::standard()),
+            )
+            .unwrap();
+            for i in 0..20 {
+                s.send_msg(&message(i)).unwrap();
+            }
+            // Wait for a probe reply (the receiver is mid-stream), then reset.
+            let mut byte = [0u8; 1];
+            assert_eq!(s.get_ref().peek(&mut byte).unwrap(), 1);
+            let tcp = s.into_inner();
+            linger_zero(tcp.as_raw_fd());
+        });
+        let (tcp, _) = listener.accept().await.unwrap();
+        tcp.set_nodelay(true).unwrap();
+        let (r, w) = tcp.into_split();
+        let server = AsyncMessageStream::handshake(r, w, config(), Arc::new(Registry::standard()))
+            .await
+            .unwrap();
+        let (got, end) = tokio::time::timeout(Duration::from_secs(60), receive_all(server))
+            .await
+            .expect("a safety bound, not a timing assertion");
+        peer.join().unwrap();
+        assert!(got.len() <= 20, "{} messages", got.len());
+        for (i, m) in got.iter().enumerate() {
+            assert!(m == &message(i as u32), "message {i} differs");
+        }
+        let err = end.expect_err("a reset must not read as a clean end of stream");
+        assert_eq!(err.kind_label(), "reset", "{err}");
+    }
 }
