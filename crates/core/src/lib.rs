@@ -37,7 +37,8 @@
 //!   correlation and low-pass filtering;
 //! - [`time`], [`ticker`]: monotonic and wall clocks, and a periodic ticker on
 //!   absolute deadlines that never accumulates error;
-//! - [`recording`]: recordings on disk (JSON lines with a schema header, CSV);
+//! - [`recording`]: recordings on disk (JSON lines with a schema header; CSV
+//!   with the crate feature `csv`, off by default);
 //! - [`stats`], [`filter`]: descriptive statistics, Student-t confidence intervals,
 //!   Pearson correlation, Butterworth filtering;
 //! - [`mem`]: fresh anonymous pages with a known page-fault count;
