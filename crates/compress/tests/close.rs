@@ -146,6 +146,103 @@ fn a_peer_that_resets_the_connection_is_an_error_not_a_clean_end() {
     );
 }
 
+/// A TCP transport whose first write after the handshake (a probe reply)
+/// waits until the peer has reset the connection and the kernel has
+/// processed the RST: that write is then what reads the reset.
+struct ReplyAfterReset {
+    tcp: TcpStream,
+    writes: u32,
+    peer_reset: std::sync::mpsc::Receiver<()>,
+}
+
+/// The TCP state (`tcpi_state`) without touching the socket's pending error.
+fn tcp_state(tcp: &TcpStream) -> u8 {
+    // SAFETY: tcp_info is plain data; getsockopt writes at most `len` bytes.
+    unsafe {
+        let mut info: libc::tcp_info = std::mem::zeroed();
+        let mut len = std::mem::size_of::<libc::tcp_info>() as libc::socklen_t;
+        let r = libc::getsockopt(
+            tcp.as_raw_fd(),
+            libc::IPPROTO_TCP,
+            libc::TCP_INFO,
+            (&mut info as *mut libc::tcp_info).cast(),
+            &mut len,
+        );
+        assert_eq!(r, 0, "getsockopt(TCP_INFO)");
+        info.tcpi_state
+    }
+}
+
+impl std::io::Read for ReplyAfterReset {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        self.tcp.read(buf)
+    }
+}
+
+impl std::io::Write for ReplyAfterReset {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.writes += 1;
+        if self.writes == 2 {
+            self.peer_reset.recv().expect("the peer resets");
+            // TCP_CLOSE (7): the RST arrived. Polled with a safety bound.
+            let mut polls = 0;
+            while tcp_state(&self.tcp) != 7 {
+                polls += 1;
+                assert!(polls < 10_000, "the RST never arrived");
+                thread::sleep(std::time::Duration::from_millis(1));
+            }
+        }
+        self.tcp.write(buf)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.tcp.flush()
+    }
+}
+
+impl hwqos_compress::Transport for ReplyAfterReset {}
+
+#[test]
+fn a_reset_first_seen_by_the_reply_write_is_an_error_not_a_clean_end() {
+    let (client, server) = tcp_pair();
+    let (reset_tx, reset_rx) = std::sync::mpsc::channel();
+    let receiver = thread::spawn(move || {
+        let io = ReplyAfterReset {
+            tcp: server,
+            writes: 0,
+            peer_reset: reset_rx,
+        };
+        let mut s = MessageStream::handshake(io, config(), Arc::new(Registry::standard()))
+            .expect("server handshake");
+        let mut got = Vec::new();
+        let end = loop {
+            match s.recv_msg() {
+                Ok(Some(m)) => got.push(m),
+                Ok(None) => break Ok(()),
+                Err(e) => break Err(e),
+            }
+        };
+        (got, end)
+    });
+    let mut s = MessageStream::handshake(client, config(), Arc::new(Registry::standard()))
+        .expect("client handshake");
+    for i in 0..20 {
+        s.send_msg(&message(i)).expect("send");
+    }
+    let tcp = s.into_inner();
+    linger_zero(tcp.as_raw_fd());
+    drop(tcp);
+    reset_tx.send(()).unwrap();
+
+    let (got, end) = receiver.join().expect("receiver thread");
+    assert!(got.len() <= 20, "{} messages", got.len());
+    for (i, m) in got.iter().enumerate() {
+        assert!(m == &message(i as u32), "message {i} differs");
+    }
+    let err = end.expect_err("a reset must not read as a clean end of stream");
+    assert_eq!(err.kind_label(), "reset", "{err}");
+}
+
 #[cfg(feature = "tokio")]
 mod tokio_streams {
     use super::{config, linger_zero, message};
