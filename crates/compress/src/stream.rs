@@ -369,6 +369,9 @@ impl<S: Transport> MessageStream<S> {
         match self.io().shutdown_write() {
             Ok(()) => {}
             Err(e) if e.kind() == ErrorKind::Unsupported => return Ok(0),
+            // Already shut down (by hand through `get_ref`) and the peer
+            // closed too: what is left to read is the end of stream.
+            Err(e) if e.kind() == ErrorKind::NotConnected => {}
             Err(e) => return Err(self.classify(e.into())),
         }
         let deadline = Instant::now() + timeout;

@@ -109,6 +109,35 @@ fn a_sender_dropped_with_replies_unread_delivers_everything() {
     end.expect("a clean end of stream after the 50 messages");
 }
 
+/// The pattern that worked around the reset by hand (half-close through
+/// `get_ref`, read to the end) still works, and `finish` after it is fine.
+#[test]
+fn finish_after_a_half_close_by_hand_is_ok() {
+    let (client, server) = tcp_pair();
+    let receiver = thread::spawn(move || {
+        let mut s = MessageStream::handshake(server, config(), Arc::new(Registry::standard()))
+            .expect("server handshake");
+        receive_all(&mut s)
+    });
+    let mut s = MessageStream::handshake(client, config(), Arc::new(Registry::standard()))
+        .expect("client handshake");
+    for i in 0..50 {
+        s.send_msg(&message(i)).expect("send");
+    }
+    s.get_ref()
+        .shutdown(std::net::Shutdown::Write)
+        .expect("half-close");
+    assert_eq!(s.recv_msg().expect("the peer's end"), None);
+    let (got, end) = receiver.join().expect("receiver thread");
+    assert_eq!(got.len(), 50, "({end:?})");
+    end.expect("a clean end");
+    assert_eq!(
+        s.finish(std::time::Duration::from_secs(60))
+            .expect("finish"),
+        0
+    );
+}
+
 #[test]
 fn a_peer_that_resets_the_connection_is_an_error_not_a_clean_end() {
     let (client, server) = tcp_pair();
