@@ -53,6 +53,7 @@ use hwqos_loadsynth::workflow::{self, replay::Measuring, Observer, ReplayStart, 
 use hwqos_loadsynth::{LoadError, LoadMetric};
 use indicatif::{MultiProgress, ProgressBar, ProgressStyle};
 use serde::{Deserialize, Serialize};
+use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -567,7 +568,9 @@ impl Observer for Reporter {
     }
 
     fn replay_started(&mut self, start: &ReplayStart<'_>) {
-        eprintln!(
+        // Not eprintln!: an agent whose stderr reader died must go on.
+        let _ = writeln!(
+            std::io::stderr(),
             "replaying {}: {}, measuring {}",
             self.model_path.display(),
             match start.mode {
@@ -675,7 +678,7 @@ fn start_metrics(
             // Exit 1, not 2: a port in use may be free after a restart.
             let srv =
                 metrics::MetricsServer::start(a, state.clone()).map_err(anyhow::Error::msg)?;
-            eprintln!("metrics on {}", srv.local_addr());
+            let _ = writeln!(std::io::stderr(), "metrics on {}", srv.local_addr());
             Some(srv)
         }
         None => None,
@@ -943,6 +946,16 @@ fn run_model_dir(
             std::thread::Builder::new()
                 .name("model-dir".into())
                 .spawn(move || {
+                    // Ends the replay however this thread ends (a panic
+                    // included): the agent's stop reaches the replay only
+                    // through this thread.
+                    struct EndsTheRun(StopFlag);
+                    impl Drop for EndsTheRun {
+                        fn drop(&mut self) {
+                            self.0.stop();
+                        }
+                    }
+                    let _ends = EndsTheRun(this_run.clone());
                     let mut last_scan = Instant::now();
                     while !this_run.is_stopped() {
                         std::thread::sleep(Duration::from_millis(100));
@@ -965,7 +978,6 @@ fn run_model_dir(
                             break;
                         }
                     }
-                    this_run.stop();
                     files
                 })
                 .map_err(|e| anyhow::anyhow!("starting the model directory watcher: {e}"))?

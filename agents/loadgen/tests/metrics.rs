@@ -53,14 +53,23 @@ fn put_atomically(dir: &Path, name: &str, text: &str) -> String {
 /// Reads the child's stderr until `metrics on ADDR`; the rest of stderr is
 /// drained on a thread so the child never blocks on a full pipe.
 fn metrics_addr(child: &mut Child) -> String {
+    let (addr, lines) = read_metrics_addr(child);
+    std::thread::spawn(move || for _ in lines {});
+    addr
+}
+
+/// Reads the child's stderr until `metrics on ADDR`; the rest is left in
+/// the returned reader.
+fn read_metrics_addr(
+    child: &mut Child,
+) -> (String, std::io::Lines<BufReader<std::process::ChildStderr>>) {
     let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
     let addr = lines
         .by_ref()
         .map_while(Result::ok)
         .find_map(|l| l.strip_prefix("metrics on ").map(str::to_string))
         .expect("the agent never printed `metrics on ADDR`");
-    std::thread::spawn(move || for _ in lines {});
-    addr
+    (addr, lines)
 }
 
 /// (content type, body) of a `GET /metrics` that must answer 200.
@@ -259,8 +268,8 @@ fn bad_listen_address_is_named() {
 /// replays the valid model of highest version, keeps it when an invalid file
 /// of a higher version arrives (counted in
 /// `hwqos_loadgen_model_dir_rejected`) and switches when a better valid one
-/// arrives; `validate-dir` reports the same choice and exits 2 for the bad
-/// file.
+/// arrives — all with its stderr a broken pipe; `validate-dir` reports the
+/// same choice and exits 2 for the bad file.
 #[test]
 fn run_replays_the_best_model_of_its_directory() {
     let dir = tempfile::tempdir().unwrap();
@@ -280,7 +289,12 @@ fn run_replays_the_best_model_of_its_directory() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let addr = metrics_addr(&mut child);
+    // The log's reader goes away (as when whatever collects an agent's
+    // stderr dies): every log line from now on meets a broken pipe, and the
+    // agent must go on — the rejection below is logged by the thread that
+    // watches the directory.
+    let (addr, log) = read_metrics_addr(&mut child);
+    drop(log);
     let pair = "{metric=\"cpu_util\",cpu=\"0\"}";
     let target = format!("hwqos_loadgen_target{pair}");
     let replaying = |b: &str, file: &str| {

@@ -117,16 +117,36 @@ pub const OPENMETRICS_CONTENT_TYPE: &str =
     "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
 /// Logs to stderr (the journal under systemd), colours only on a terminal,
-/// filtered by `RUST_LOG` (default `info`).
+/// filtered by `RUST_LOG` (default `info`). A log line that cannot be
+/// written (stderr a closed pipe: the reader of the log died) is dropped;
+/// without that, tracing-subscriber reports the failure with `eprintln!`,
+/// which panics on the same broken pipe and kills the logging thread — a
+/// watcher or worker thread would die on its next log line.
 pub fn init_logging() {
     tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
+        .with_writer(|| LossyStderr)
         .with_ansi(std::io::stderr().is_terminal())
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
         )
         .init();
+}
+
+/// Stderr for the log, ignoring write errors (see [`init_logging`]).
+struct LossyStderr;
+
+impl std::io::Write for LossyStderr {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        // A failed write counts as written: a log line is not worth a panic.
+        let _ = std::io::stderr().write_all(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        let _ = std::io::stderr().flush();
+        Ok(())
+    }
 }
 
 /// The OpenMetrics text exposition of what `collector` writes for this
