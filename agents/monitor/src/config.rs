@@ -58,8 +58,8 @@ pub struct Config {
     #[serde(default = "default_rescan")]
     pub rescan_every: u32,
     /// How the sampling thread waits for each tick (`absolute`,
-    /// `slack-compensated`, `hybrid:SPIN`, `busy-wait`, `relative`); default:
-    /// the ticker's choice for the period. Changes take effect on restart.
+    /// `slack-compensated`, `hybrid:SPIN`, `busy-wait`, `relative`); default
+    /// `absolute` at every rate (no spin). Changes take effect on restart.
     #[serde(default)]
     pub sleep: Option<hwqos_core::ticker::SleepStrategy>,
     /// `[database]`: the bounds of the in-memory frame database.

@@ -13,32 +13,22 @@ use std::sync::Arc;
 use std::time::Duration;
 use tracing::{error, warn};
 
-/// Periods shorter than this wait with a plain absolute sleep unless `sleep`
-/// says otherwise; longer ones with the ticker's default (sleep to just before
-/// the deadline, then spin).
-///
-/// The spin before each deadline is what keeps the lateness at a few
-/// microseconds, but it costs the learnt wake-up latency (tens of µs, more on
-/// a busy node, up to a quarter of the period) on every tick: at 100 Hz a
-/// fraction of a per cent of a CPU, at 1 kHz several per cent — more than the
-/// whole rest of a tick. Above 100 Hz the default is therefore `absolute`
-/// (lateness = the kernel's wake-up latency, with the sampling thread's timer
-/// slack at 1 ns).
-pub(crate) const SPIN_FROM_PERIOD: Duration = Duration::from_millis(10);
-
 /// The strategy the sampling thread waits with: `sleep` when configured,
-/// else `absolute` for periods below [`SPIN_FROM_PERIOD`] and the ticker's
-/// default ([`SleepStrategy::default_for`]) for longer ones.
+/// else `absolute` (`clock_nanosleep` to the deadline, the sampling thread's
+/// timer slack at 1 ns) at every rate.
+///
+/// The ticker's own default for periods of 1 ms and more,
+/// `slack-compensated`, wakes early by a learnt wake-up latency and spins to
+/// the deadline: it buys a median lateness of a few µs instead of a few
+/// tens, not the tail (which on a VM is the hypervisor's), and costs that
+/// latency on every tick — on a busy node up to a quarter of the period. Run
+/// side by side with `perf stat -I` (docs/anchors.md) it made the monitor's
+/// own CPU 1.2× perf's at 10 Hz and 4.6–7.4× at 100 Hz, while with absolute
+/// sleeps it stays at or below perf's; so a monitor spins only when asked
+/// (`sleep = "slack-compensated"`). Counts are scaled by the measured
+/// interval either way, so lateness does not bias a rate.
 pub(crate) fn sleep_strategy(config: &Config) -> SleepStrategy {
-    default_sleep(config.sleep, config.period())
-}
-
-fn default_sleep(configured: Option<SleepStrategy>, period: Duration) -> SleepStrategy {
-    match configured {
-        Some(s) => s,
-        None if period < SPIN_FROM_PERIOD => SleepStrategy::Absolute,
-        None => SleepStrategy::default_for(period),
-    }
+    config.sleep.unwrap_or(SleepStrategy::Absolute)
 }
 
 /// Samples until `shared.stop` is set.
@@ -90,16 +80,8 @@ pub(crate) fn sampling_loop(
         let wanted = shared.period_ns.load(Ordering::Relaxed);
         if wanted != period {
             match ticker.set_period(Duration::from_nanos(wanted)) {
-                Ok(()) => {
-                    period = wanted;
-                    // Without `sleep` the default follows the period.
-                    let configured = shared
-                        .config
-                        .read()
-                        .unwrap_or_else(|e| e.into_inner())
-                        .sleep;
-                    ticker.set_strategy(default_sleep(configured, Duration::from_nanos(wanted)));
-                }
+                // The strategy does not depend on the period.
+                Ok(()) => period = wanted,
                 Err(e) => error!("cannot change the sampling period: {e}"),
             }
         }
@@ -111,24 +93,20 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_default_spins_only_at_100_hz_and_slower() {
-        let ms = Duration::from_millis;
-        assert_eq!(default_sleep(None, ms(1)), SleepStrategy::Absolute);
-        assert_eq!(
-            default_sleep(None, Duration::from_micros(9_999)),
-            SleepStrategy::Absolute
-        );
-        assert_eq!(default_sleep(None, ms(10)), SleepStrategy::SlackCompensated);
-        assert_eq!(
-            default_sleep(None, ms(1000)),
-            SleepStrategy::SlackCompensated
-        );
+    fn the_monitor_never_spins_unless_told_to() {
+        for hz in [1.0, 10.0, 100.0, 1000.0, 10_000.0] {
+            let config = Config {
+                rate_hz: hz,
+                ..Config::default()
+            };
+            assert_eq!(sleep_strategy(&config), SleepStrategy::Absolute, "{hz} Hz");
+        }
         // A configured strategy always wins.
-        let spin = SleepStrategy::Hybrid { spin_ns: 20_000 };
-        assert_eq!(default_sleep(Some(spin), ms(1)), spin);
-        assert_eq!(
-            default_sleep(Some(SleepStrategy::Absolute), ms(100)),
-            SleepStrategy::Absolute
-        );
+        let spin = SleepStrategy::SlackCompensated;
+        let config = Config {
+            sleep: Some(spin),
+            ..Config::default()
+        };
+        assert_eq!(sleep_strategy(&config), spin);
     }
 }
