@@ -199,7 +199,15 @@ if mon:
             pr = row["paired_throughput_ratio"]
             r = f"{int(rate) // 1000} kHz" if int(rate) >= 1000 else f"{rate} Hz"
             sl = row.get("monitor_sleep", "default")
-            slp = "default (" + ("absolute" if int(rate) > 100 else "slack-compensated") + ")" if sl == "default" else sl
+            mds = m.get("monitor_default_sleep", "")
+            if sl != "default":
+                slp = sl
+            elif mds.startswith("slack"):
+                slp = "default (" + ("absolute" if int(rate) > 100 else "slack-compensated") + ")"
+            elif mds:
+                slp = f"default ({mds})"
+            else:
+                slp = "default"
             P(f"| {r} | {label} | {slp} | {sp(row['tool_cpu_ratio_hwqos_over_perf_paired'], '{:.2f}')} "
               f"| {sp(pr['hwqos']['cpu_second'])} | {sp(pr['perf']['cpu_second'])} "
               f"| {sp(pr['hwqos']['wall'])} | {sp(pr['perf']['wall'])} "
@@ -208,6 +216,8 @@ if mon:
             kh, kp = pr["hwqos"]["cpu_second"], pr["perf"]["cpu_second"]
             if sl != "default":
                 label_h = f"{label}, sleep = {sl}"
+            elif slp != "default":
+                label_h = f"{label}, {slp.replace('default (', 'default sleep (')}"
             else:
                 label_h = label
             head.append((f"monitor vs perf stat -I, {r}, {label_h}: own CPU", "hwqos ÷ perf",
@@ -223,13 +233,15 @@ if mon:
             o = row["tool_cpu_ratio_hwqos_over_perf_paired"]
             if int(rate) <= 100 and o and o["median"] > 1:
                 spin.append(f"{rate} Hz {label} ({o['median']:.2f})")
-    if spin:
+    if spin and m.get("monitor_default_sleep", "").startswith("slack"):
         P("**Own CPU above perf's at " + ", ".join(spin) + ".** Up to 100 Hz (periods of 10 ms "
-          "and longer) the monitor's default `sleep` is `slack-compensated`: it wakes early by a "
+          f"and longer) the default `sleep` of the monitor measured here (commit {m.get('commit')}) "
+          "was `slack-compensated` (since commit 6943efa, after this run, the default is "
+          "`absolute` at every rate): it wakes early by a "
           "learnt wake-up latency (bounded by a quarter of the period) and spins to the deadline, "
           "which buys tick precision at the price of CPU, and the learnt latency grows on a busy "
-          "VM; above 100 Hz the default is a plain `absolute` sleep (docs/monitor.md, \"The "
-          "monitor's own CPU\"). `sleep = \"absolute\"` in the configuration removes the spin "
+          "VM; above 100 Hz that build's default was a plain `absolute` sleep (docs/monitor.md, "
+          "\"The monitor's own CPU\"). `sleep = \"absolute\"` in the configuration removes the spin "
           "at every rate" + ("; the rows with `sleep` = absolute are the same comparison with that "
           "setting, run right after the default ones." if mon_abs else "."))
         P("")
@@ -561,6 +573,12 @@ echo "start $(date -u +%FT%TZ) loadavg $(loadavg)" > "$W/load.txt"
   echo "irq_time_accounting=$(kconfig CONFIG_IRQ_TIME_ACCOUNTING)"
   echo "paravirt_time_accounting=$(kconfig CONFIG_PARAVIRT_TIME_ACCOUNTING)"
   echo "commit=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
+  # hwqos-monitor's default `sleep` changed in 6943efa (absolute at every rate).
+  if git merge-base --is-ancestor 6943efa HEAD 2>/dev/null; then
+    echo "monitor_default_sleep=absolute"
+  elif git rev-parse -q --verify 6943efa^{commit} >/dev/null 2>&1; then
+    echo "monitor_default_sleep=slack-compensated up to 100 Hz, absolute above"
+  fi
   echo "dirty=$(git status --porcelain --untracked-files=no 2>/dev/null | wc -l)"
   echo "perf=$(perf --version)"
   echo "stressng=$(stress-ng --version | head -1)"
