@@ -28,8 +28,9 @@
 # docs/experiments/results/anchors/, and prints the table. Run as root from
 # any directory of a clone; it builds the release binaries it needs and
 # installs the Debian packages it needs (linux-perf, stress-ng, zstd, socat,
-# bc) when they are missing. Measured on the 2-vCPU development VM at load
-# average 2.4–6.3: 16 min 30 s, of which 3 min 44 s an incremental build.
+# bc) when they are missing. Measured on the 2-vCPU development VM: 14 min
+# 35 s at 1-minute load average 0.4–2 (2 min 7 s of it an incremental build),
+# 16 min 30 s at 2.4–6.3 (3 min 44 s build).
 #
 # Usage: scripts/anchors.sh [--reps N] [--only monitor,loadgen,relay,sra]
 #                           [--out FILE] [--results DIR] [--no-build]
