@@ -45,6 +45,10 @@ cargo test --workspace --locked
 RUSTDOCFLAGS="-D missing_docs -D warnings" cargo doc --workspace --no-deps --locked
 # A crate outside the workspace embedding the libraries by path, built and run (issue 23): docs/embedding.md.
 cargo run --locked --manifest-path examples/embedding/Cargo.toml --target-dir target
+# Instruction counts of the hot paths under callgrind against the committed
+# baseline (issue 22): fails when one grew by > 2 % (and > 1,000 instructions):
+# docs/performance.md.
+./scripts/bench-gate
 # The adaptive relay against zstd --adapt on a 100 Mbit/s veth link between
 # two network namespaces (issue 25): fails when the relay is >15% slower.
 ./scripts/relay-vs-zstd.sh
