@@ -63,35 +63,26 @@ struct Entry {
     seq: u64,
 }
 
-/// How a metric is exposed.
+/// How a metric is exposed: the shared naming rule's result and the help
+/// text written for it.
 #[derive(Clone, Debug, PartialEq)]
 struct Family {
-    name: String,
+    exposition: hwqos_core::metric::Exposition,
     help: String,
-    unit: Option<&'static str>,
-    /// Factor from the metric's value to the exposed one (per-interval counts:
-    /// divided by the interval in seconds at update time).
-    scale: f64,
-    per_second: bool,
 }
 
 fn family_for(metric: &MetricName) -> Family {
-    let e = metric.exposition();
+    let exposition = metric.exposition();
     let info = metric.info();
-    Family {
-        name: e.name,
-        help: if e.per_second {
-            format!(
-                "{} per second, over the last interval in which it was counted",
-                info.help
-            )
-        } else {
+    let help = if exposition.per_second {
+        format!(
+            "{} per second, over the last interval in which it was counted",
             info.help
-        },
-        unit: e.unit,
-        scale: e.scale,
-        per_second: e.per_second,
-    }
+        )
+    } else {
+        info.help
+    };
+    Family { exposition, help }
 }
 
 /// A family and its series, for rendering.
@@ -195,13 +186,14 @@ impl Exposition {
             .families
             .entry(s.metric.clone())
             .or_insert_with(|| family_for(&s.metric));
-        let value = if family.per_second {
+        let e = &family.exposition;
+        let value = if e.per_second {
             if interval_s <= 0.0 {
                 return;
             }
-            s.value * family.scale / interval_s
+            s.value * e.scale / interval_s
         } else {
-            s.value * family.scale
+            s.value * e.scale
         };
         let running = s
             .counter
@@ -318,7 +310,7 @@ impl Collector for Scrape {
         for ((metric, scope), e) in &x.entries {
             if let Some(f) = x.families.get(metric) {
                 by_family
-                    .entry(f.name.as_str())
+                    .entry(f.exposition.name.as_str())
                     .or_insert_with(|| (f, Vec::new()))
                     .1
                     .push((scope, e));
@@ -327,9 +319,9 @@ impl Collector for Scrape {
         for (name, (family, series)) in &by_family {
             debug_assert!(name.starts_with("hwqos_"), "{name}");
             debug_assert!(!family.help.contains(['\\', '\n']), "{:?}", family.help);
-            let u = family.unit.map(unit);
+            let u = family.exposition.unit.map(unit);
             let mut metric = encoder.encode_descriptor(
-                stem(name, family.unit),
+                stem(name, family.exposition.unit),
                 &family.help,
                 u.as_ref(),
                 MetricType::Gauge,
