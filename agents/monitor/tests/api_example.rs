@@ -10,17 +10,9 @@ use common::{Running, SW_SETS};
 use std::path::PathBuf;
 use std::process::Command;
 
-/// `target/debug/examples/NAME`, next to this test's `deps` directory.
+/// `target/debug/examples/NAME` of hwqos-api.
 fn example(name: &str) -> PathBuf {
-    let exe = std::env::current_exe().expect("test binary path");
-    let path = exe.parent().and_then(|d| d.parent()).expect("target dir");
-    let path = path.join("examples").join(name);
-    assert!(
-        path.exists(),
-        "{} not built: run `cargo build -p hwqos-api --examples`",
-        path.display()
-    );
-    path
+    hwqos_testsupport::example_path("hwqos-api", name)
 }
 
 #[test]

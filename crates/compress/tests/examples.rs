@@ -3,28 +3,9 @@
 //! examples before it runs any test; `cargo test -p hwqos-compress --test
 //! examples` alone needs `cargo build -p hwqos-compress --examples` first.
 
-use std::process::Command;
-
-/// Runs `target/debug/examples/NAME` and returns its stdout; fails on a
-/// non-zero exit.
+/// Runs this crate's example `name` and returns its stdout.
 fn run_example(name: &str) -> String {
-    let exe = std::env::current_exe().expect("test binary path");
-    let dir = exe.parent().and_then(|d| d.parent()).expect("target dir");
-    let path = dir.join("examples").join(name);
-    assert!(
-        path.exists(),
-        "{} not built: run `cargo build -p hwqos-compress --examples`",
-        path.display()
-    );
-    let out = Command::new(&path).output().expect("run the example");
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    assert!(
-        out.status.success(),
-        "{name}: {}\n{stdout}\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
-    stdout
+    hwqos_testsupport::run_example("hwqos-compress", name)
 }
 
 fn value(stdout: &str, key: &str) -> u64 {

@@ -3,26 +3,9 @@
 //! runs any test; `cargo test -p hwqos-sched --test examples` alone needs
 //! `cargo build -p hwqos-sched --examples` first.
 
-use std::process::Command;
-
 #[test]
 fn apply_contract_example_pins_and_holds_the_quota() {
-    let exe = std::env::current_exe().expect("test binary path");
-    let dir = exe.parent().and_then(|d| d.parent()).expect("target dir");
-    let path = dir.join("examples").join("apply_contract");
-    assert!(
-        path.exists(),
-        "{} not built: run `cargo build -p hwqos-sched --examples`",
-        path.display()
-    );
-    let out = Command::new(&path).output().expect("run the example");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{}\n{stdout}\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let stdout = hwqos_testsupport::run_example("hwqos-sched", "apply_contract");
     assert!(stdout.contains("faulter: pid "), "{stdout}");
     let used = stdout
         .lines()

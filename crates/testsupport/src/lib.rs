@@ -1,9 +1,9 @@
 //! What the hwqos test suites would otherwise each write again: waiting for a
 //! condition with a generous deadline (never a timed assertion), fetching a
 //! page over HTTP/1.1 from an agent's `/metrics`, checking an exposition with
-//! the real `promtool`, and counting the `perf_event` file descriptors a
+//! the real `promtool`, counting the `perf_event` file descriptors a
 //! process holds (how the tests prove an agent opened no counters of its
-//! own).
+//! own), and running a crate's examples.
 //!
 //! A dev-dependency only: nothing shipped depends on it.
 #![deny(missing_docs)]
@@ -161,6 +161,38 @@ pub fn perf_event_fds(pid: u32) -> Option<usize> {
             })
             .count(),
     )
+}
+
+/// `target/<profile>/examples/NAME`, next to the running test binary's
+/// `deps` directory: an example of `package` that `cargo test` built (cargo
+/// builds every example of the packages it tests). Panics, naming the
+/// command that builds it, when it is missing.
+pub fn example_path(package: &str, name: &str) -> PathBuf {
+    let exe = std::env::current_exe().expect("test binary path");
+    let dir = exe.parent().and_then(|d| d.parent()).expect("target dir");
+    let path = dir.join("examples").join(name);
+    assert!(
+        path.exists(),
+        "{} not built: run `cargo build -p {package} --examples`",
+        path.display()
+    );
+    path
+}
+
+/// Runs example `name` of `package` ([`example_path`]) and returns its
+/// stdout; panics with its status, stdout and stderr unless it exits 0.
+pub fn run_example(package: &str, name: &str) -> String {
+    let out = Command::new(example_path(package, name))
+        .output()
+        .unwrap_or_else(|e| panic!("running example {name}: {e}"));
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{name}: {}\n{stdout}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
 }
 
 #[cfg(test)]
