@@ -698,6 +698,7 @@ impl Endpoint {
             bulk.start_link_probe();
             self.link_probe = Some((now + LINK_PROBE_NS, bulk.measurements()));
             self.stats.link_probes += 1;
+            #[cfg(feature = "tracing")]
             tracing::trace!(backlogged = bulk.backlogged, "link probe");
         }
         match self.link_probe {
@@ -791,6 +792,7 @@ impl Endpoint {
         let summary = self.learner.end_round(adaptive.then_some(threshold));
         let changed = adaptive && summary.max_ratio_change > threshold;
         self.selector.start_round(&self.learner, changed);
+        #[cfg(feature = "tracing")]
         if tracing::enabled!(tracing::Level::TRACE) {
             let size = self.learner.message_size.get().unwrap_or(256.0);
             let bulk = &self.learner.net.bulk;

@@ -561,6 +561,7 @@ impl ProcfsSampler {
             Ok(s) => s,
             Err(e) => {
                 if !e.is_gone() && self.complained.insert(pid) {
+                    #[cfg(feature = "tracing")]
                     tracing::warn!("process {pid}: {e}");
                 }
                 self.procs.remove(&pid);
