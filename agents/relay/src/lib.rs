@@ -24,6 +24,8 @@
 //!   while `hwqos-monitor` runs, `/proc/stat` otherwise;
 //! - [`limits`]: per-peer decompression (expansion) budgets and aggregated
 //!   warnings;
+//! - [`chunk`]: how much of the application's bytes one message carries
+//!   (grows with a bulk transfer up to `chunk_bytes`);
 //! - [`service`]: accept loop, per-connection pumps, reload, drain;
 //! - [`metrics`]: statistics and the OpenMetrics exposition
 //!   (`hwqos_relay_*`).
@@ -31,6 +33,7 @@
 #![deny(missing_docs)]
 
 pub mod auth;
+pub mod chunk;
 pub mod cli;
 pub mod config;
 pub mod cpu_source;

@@ -3,6 +3,7 @@
 //! endpoint.
 
 use crate::auth::{self, Psk, Role};
+use crate::chunk::ReadSize;
 use crate::config::{Config, Mode};
 use crate::cpu_source::throttle_load;
 use crate::limits::{Aggregated, CountingReader, Expansion, PeerBudgets};
@@ -510,8 +511,10 @@ async fn pump(
         last_ms: AtomicU64::new(0),
     };
     let to_link = async {
-        let mut buf = vec![0u8; chunk];
+        let mut size = ReadSize::new(chunk);
+        let mut buf = Vec::new();
         loop {
+            size.fit(&mut buf);
             let n = pr.read(&mut buf).await?;
             activity.touch();
             if n == 0 {
@@ -519,6 +522,7 @@ async fn pump(
                 return Ok::<(), WireError>(());
             }
             tx.send_msg(&buf[..n]).await?;
+            size.after_read(n);
             activity.touch();
         }
     };
