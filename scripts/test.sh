@@ -43,6 +43,8 @@ python3 scripts/check-architecture
 cargo test --workspace --locked
 # Every public item documented and every intra-doc link resolving (issue 23): docs/embedding.md.
 RUSTDOCFLAGS="-D missing_docs -D warnings" cargo doc --workspace --no-deps --locked
+# The library crates' public API against docs/api/*.txt: a removed item fails (issue 23): docs/embedding.md.
+python3 scripts/api-check
 # A crate outside the workspace embedding the libraries by path, built and run (issue 23): docs/embedding.md.
 cargo run --locked --manifest-path examples/embedding/Cargo.toml --target-dir target
 # Instruction counts of the hot paths under callgrind against the committed
