@@ -53,5 +53,5 @@ pub use error::PmuError;
 pub use event::{Event, EventAttr, EventSource, Modes};
 /// The frame types [`Sampler::sample`] returns, from `hwqos-core`.
 pub use hwqos_core::{Frame, Sample, Scope, Timestamp};
-pub use sampler::{Sampler, SamplerConfig};
+pub use sampler::{Sampler, SamplerConfig, SamplerProblem};
 pub use target::{Resolver, TargetSelector};

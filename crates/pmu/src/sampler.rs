@@ -38,7 +38,7 @@ use crate::{Event, PmuError};
 use hwqos_core::metric::names;
 use hwqos_core::{CounterReading, Frame, MetricName, Sample, Scope, ScopeLabel, Timestamp};
 use serde::{Deserialize, Serialize};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::path::Path;
 
 /// What to monitor and how (the engine part of the monitor's configuration).
@@ -125,6 +125,70 @@ struct TickScratch {
     dropped: Vec<Scope>,
 }
 
+/// Most [`SamplerProblem`]s kept between two [`Sampler::take_problems`];
+/// older ones are dropped first (and counted).
+pub const MAX_PROBLEMS: usize = 256;
+
+/// Something that went wrong for one target or source while sampling: the
+/// sampler carries on without it (the rest of the frame is still right), logs
+/// it with `tracing`, and keeps it for the caller, who may act on it (alert,
+/// widen permissions, drop the target). Drained with
+/// [`Sampler::take_problems`].
+#[derive(Clone, Debug, PartialEq)]
+pub enum SamplerProblem {
+    /// An event set could not be opened on one unit of a target (a task, a
+    /// CPU, a cgroup on a CPU): that set is not counted there.
+    OpenFailed {
+        /// Where the group was to be opened.
+        target: CountTarget,
+        /// Why (`perf_event_open`'s error, named).
+        error: String,
+    },
+    /// No counter group could be opened on any unit of a target: it is not
+    /// monitored (a rescan tries again when it is found anew).
+    NotMonitored {
+        /// The target left out.
+        scope: Scope,
+    },
+    /// Reading, enabling or disabling a counter group failed this tick for a
+    /// reason other than its task having exited.
+    CounterFailed {
+        /// The target.
+        scope: Scope,
+        /// The unit: a thread id or a CPU number.
+        unit: u32,
+        /// Why.
+        error: String,
+    },
+    /// Resolving the target selectors again failed; the current targets are kept.
+    RescanFailed {
+        /// Why.
+        error: String,
+    },
+    /// The node's `/proc` metrics could not be read this tick.
+    ProcfsFailed {
+        /// Why.
+        error: String,
+    },
+}
+
+/// The bounded queue behind [`Sampler::take_problems`].
+#[derive(Default)]
+struct Problems {
+    queue: VecDeque<SamplerProblem>,
+    dropped: u64,
+}
+
+impl Problems {
+    fn push(&mut self, problem: SamplerProblem) {
+        if self.queue.len() >= MAX_PROBLEMS {
+            self.queue.pop_front();
+            self.dropped += 1;
+        }
+        self.queue.push_back(problem);
+    }
+}
+
 /// Per-target counter rotation, scaling and derived metrics; see the module docs.
 pub struct Sampler {
     cfg: SamplerConfig,
@@ -143,6 +207,7 @@ pub struct Sampler {
     scratch: TickScratch,
     /// Samples and labels in the previous frame: the next one's capacity.
     last_len: (usize, usize),
+    problems: Problems,
 }
 
 impl Sampler {
@@ -204,6 +269,7 @@ impl Sampler {
             prev_time: None,
             scratch: TickScratch::default(),
             last_len: (0, 0),
+            problems: Problems::default(),
         };
         if sampler.cfg.per_cpu {
             for cpu in sampler.cpus.clone() {
@@ -216,6 +282,14 @@ impl Sampler {
         }
         sampler.follow(&resolved);
         Ok(sampler)
+    }
+
+    /// The problems met since the last call (at most [`MAX_PROBLEMS`], the
+    /// newest), oldest first, and how many older ones were dropped for
+    /// room. Each was also logged with `tracing`.
+    pub fn take_problems(&mut self) -> (Vec<SamplerProblem>, u64) {
+        let dropped = std::mem::take(&mut self.problems.dropped);
+        (self.problems.queue.drain(..).collect(), dropped)
     }
 
     /// Events removed from their sets because this node cannot count them.
@@ -265,7 +339,12 @@ impl Sampler {
             target.enabled_at = None;
             let units = std::mem::take(&mut target.units);
             for (key, unit) in units {
-                if let Some(u) = open_unit(self.backend.as_mut(), &self.sets, unit.target) {
+                if let Some(u) = open_unit(
+                    self.backend.as_mut(),
+                    &self.sets,
+                    unit.target,
+                    &mut self.problems,
+                ) {
                     target.units.insert(key, u);
                 }
             }
@@ -362,7 +441,12 @@ impl Sampler {
         if let Some(procfs) = self.procfs.as_mut() {
             match procfs.sample_system(time) {
                 Ok(s) => frame.samples.extend(s),
-                Err(e) => tracing::warn!(error = %e, "procfs system metrics"),
+                Err(e) => {
+                    tracing::warn!(error = %e, "procfs system metrics");
+                    self.problems.push(SamplerProblem::ProcfsFailed {
+                        error: e.to_string(),
+                    });
+                }
             }
             for scope in self.targets.keys() {
                 if let Scope::Process { pid } = scope {
@@ -385,6 +469,9 @@ impl Sampler {
             Ok(r) => r,
             Err(e) => {
                 tracing::warn!(error = %e, "target rescan failed; keeping the current targets");
+                self.problems.push(SamplerProblem::RescanFailed {
+                    error: e.to_string(),
+                });
                 return Vec::new();
             }
         };
@@ -485,12 +572,18 @@ impl Sampler {
     fn attach(&mut self, scope: Scope, label: Option<String>, units: Vec<(u32, CountTarget)>) {
         let mut opened = BTreeMap::new();
         for (key, target) in units {
-            if let Some(unit) = open_unit(self.backend.as_mut(), &self.sets, target) {
+            if let Some(unit) = open_unit(
+                self.backend.as_mut(),
+                &self.sets,
+                target,
+                &mut self.problems,
+            ) {
                 opened.insert(key, unit);
             }
         }
         if opened.is_empty() && !self.sets.is_empty() {
             tracing::debug!(%scope, "no counter group could be opened; not monitoring it");
+            self.problems.push(SamplerProblem::NotMonitored { scope });
             return;
         }
         tracing::debug!(%scope, units = opened.len(), "monitoring");
@@ -536,6 +629,7 @@ impl Sampler {
             return true;
         }
         let backend = self.backend.as_mut();
+        let problems = &mut self.problems;
         let scratch = &mut self.scratch;
         let rotate = n_sets > 1 && !last_time;
         if let Some(enabled_at) = target.enabled_at {
@@ -548,7 +642,7 @@ impl Sampler {
                 };
                 if rotate {
                     if let Err(e) = backend.disable(g) {
-                        note_error(scope, &e, *key, &mut vanished);
+                        note_error(scope, &e, *key, &mut vanished, problems);
                         continue;
                     }
                 }
@@ -562,7 +656,7 @@ impl Sampler {
                         copy_reading(&scratch.reading, last);
                         n += 1;
                     }
-                    Err(e) => note_error(scope, &e, *key, &mut vanished),
+                    Err(e) => note_error(scope, &e, *key, &mut vanished, problems),
                 }
             }
             for key in vanished {
@@ -607,7 +701,7 @@ impl Sampler {
         for (key, unit) in target.units.iter_mut() {
             if let Some(g) = unit.groups[active] {
                 if let Err(e) = backend.enable(g) {
-                    note_error(scope, &e, *key, &mut vanished);
+                    note_error(scope, &e, *key, &mut vanished, problems);
                 }
             }
         }
@@ -638,14 +732,25 @@ impl Drop for Sampler {
     }
 }
 
-fn note_error(scope: &Scope, e: &PmuError, key: u32, vanished: &mut Vec<u32>) {
+fn note_error(
+    scope: &Scope,
+    e: &PmuError,
+    key: u32,
+    vanished: &mut Vec<u32>,
+    problems: &mut Problems,
+) {
     match e {
         PmuError::NoSuchTask { .. } => {
             tracing::debug!(%scope, unit = key, "task vanished");
             vanished.push(key);
         }
         other => {
-            tracing::warn!(%scope, unit = key, error = %other, "counter group failed this tick")
+            tracing::warn!(%scope, unit = key, error = %other, "counter group failed this tick");
+            problems.push(SamplerProblem::CounterFailed {
+                scope: scope.clone(),
+                unit: key,
+                error: other.to_string(),
+            });
         }
     }
 }
@@ -672,11 +777,13 @@ fn copy_reading(from: &GroupReading, to: &mut GroupReading) {
 }
 
 /// Opens one group per event set on `target`. `None` if the task is gone;
-/// sets that fail otherwise are skipped for this unit (logged).
+/// sets that fail otherwise are skipped for this unit (logged, and kept in
+/// `problems`).
 fn open_unit(
     backend: &mut dyn CounterBackend,
     sets: &[EventSet],
     target: CountTarget,
+    problems: &mut Problems,
 ) -> Option<Unit> {
     let mut groups = Vec::with_capacity(sets.len());
     for set in sets {
@@ -690,6 +797,10 @@ fn open_unit(
             }
             Err(e) => {
                 tracing::warn!(?target, error = %e, "cannot open an event set on this target");
+                problems.push(SamplerProblem::OpenFailed {
+                    target: target.clone(),
+                    error: e.to_string(),
+                });
                 groups.push(None);
             }
         }

@@ -428,3 +428,78 @@ fn runtime_set_changes_are_atomic() {
         "dropping the sampler closes its groups"
     );
 }
+
+/// A `/proc` tree under `root` with processes `pids` named `simproc`.
+fn add_processes(root: &std::path::Path, pids: std::ops::Range<u32>) {
+    for pid in pids {
+        let dir = root.join(pid.to_string());
+        std::fs::create_dir_all(dir.join("task").join(pid.to_string())).unwrap();
+        std::fs::write(dir.join("comm"), "simproc\n").unwrap();
+        std::fs::write(dir.join("cmdline"), "simproc\0").unwrap();
+    }
+}
+
+#[test]
+fn problems_reach_the_caller_bounded_and_counted() {
+    use hwqos_pmu::sampler::{SamplerProblem, MAX_PROBLEMS};
+    let proc_root = tempfile::tempdir().unwrap();
+    add_processes(proc_root.path(), 1000..1001);
+    let sim = scripted_sim(2);
+    let cfg = SamplerConfig {
+        targets: vec![TargetSelector::Name("simproc".into())],
+        event_sets: vec![vec!["hw.cycles".into(), "hw.instructions".into()]],
+        rescan_every: 1,
+        ..SamplerConfig::default()
+    };
+    let mut sampler = Sampler::new(
+        cfg,
+        &Catalog::for_this_node(),
+        Box::new(sim.clone()),
+        Resolver::new(proc_root.path().to_path_buf(), None),
+    )
+    .unwrap();
+    tick(&mut sampler, &sim);
+    assert_eq!(sampler.take_problems(), (Vec::new(), 0), "a healthy start");
+
+    // A process that appears once the PMU refuses the event: its set
+    // cannot be opened on its task; the caller is told which and why.
+    sim.make_unavailable("hw.instructions", "taken by another tool");
+    add_processes(proc_root.path(), 1001..1002);
+    let frame = tick(&mut sampler, &sim);
+    assert!(frame
+        .samples
+        .iter()
+        .any(|s| s.scope == Scope::Process { pid: 1000 }));
+    let (problems, dropped) = sampler.take_problems();
+    assert_eq!(dropped, 0);
+    assert_eq!(problems.len(), 1, "{problems:?}");
+    match &problems[0] {
+        SamplerProblem::OpenFailed { target, error } => {
+            assert_eq!(
+                *target,
+                CountTarget::Task {
+                    tid: 1001,
+                    inherit: true
+                }
+            );
+            assert!(error.contains("taken by another tool"), "{error}");
+        }
+        other => panic!("expected OpenFailed, got {other:?}"),
+    }
+    assert_eq!(sampler.take_problems(), (Vec::new(), 0), "drained");
+
+    // 300 more such processes: 300 problems, the newest MAX_PROBLEMS kept
+    // and the rest counted.
+    add_processes(proc_root.path(), 1002..1302);
+    tick(&mut sampler, &sim);
+    let (problems, dropped) = sampler.take_problems();
+    assert_eq!(problems.len(), MAX_PROBLEMS);
+    assert_eq!(dropped, 300 - MAX_PROBLEMS as u64);
+    assert!(matches!(
+        problems.last(),
+        Some(SamplerProblem::OpenFailed {
+            target: CountTarget::Task { tid: 1301, .. },
+            ..
+        })
+    ));
+}
