@@ -560,8 +560,15 @@ impl CpuThrottle {
 }
 
 /// Longest stretch of unused budget a [`SharedThrottle`] keeps: compression
-/// may catch up at most this much wall time's worth of its share.
-const SHARED_BURST: Duration = Duration::from_millis(100);
+/// may catch up at most this much wall time's worth of its share. A second:
+/// on a slow link one 256 KiB message is 210 ms of 10 Mbit/s, and its
+/// compression with a strong codec, or a sample of a slow one, costs tens
+/// of ms; with 100 ms kept (30 ms at a share of 0.3, the node at 10 %
+/// utilization) 45 of 128 such messages went raw (32 MB of shared
+/// libraries: 15.0 s against 8.9 s with the throttle off), with a second 2
+/// (9.2 s; docs/compression.md). Over a second compression still gets its
+/// share on average, and an overloaded node (share 0) keeps none.
+const SHARED_BURST: Duration = Duration::from_millis(1000);
 
 /// One throttle for every stream of a process (the relay's connections).
 ///
@@ -572,7 +579,7 @@ const SHARED_BURST: Duration = Duration::from_millis(100);
 /// were enough with the first gains). A shared throttle runs one controller
 /// for the process: its share of one CPU is a bucket of compression time
 /// that fills at that share of the wall time (at most
-/// 100 ms' worth is kept; it starts full at the initial share) and that
+/// a second's worth is kept; it starts full at the initial share) and that
 /// every stream draws from.
 #[derive(Clone)]
 pub struct SharedThrottle {
