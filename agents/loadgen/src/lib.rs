@@ -377,17 +377,10 @@ fn execute(
             let scan = model_dir(&dir, force || config.run.force)?
                 .rescan()
                 .map_err(|e| bad_input(format!("model directory {}: {e}", dir.display())))?;
-            let (report, all_valid) = hwqos_agent::watched::report(&scan, "load model", "replay");
+            let (report, failure) =
+                hwqos_agent::watched::report(&scan, &dir, "load model", "replay");
             print!("{report}");
-            if !all_valid {
-                return Err(bad_input(format!(
-                    "{}: {} of {} model file(s) rejected",
-                    dir.display(),
-                    scan.rejected().count(),
-                    scan.files.len()
-                )));
-            }
-            Ok(())
+            failure.map_or(Ok(()), |f| Err(bad_input(f)))
         }
         Command::Generate { knobs, duration } => {
             let mut pairs = Vec::new();

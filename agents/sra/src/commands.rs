@@ -499,15 +499,7 @@ pub fn thaw(state_dir: &Path) -> anyhow::Result<()> {
 pub fn validate_dir(dir: &Path) -> anyhow::Result<()> {
     let scan = hwqos_sched::contract_dir::scan(dir, Default::default())
         .map_err(|e| bad_input(format!("contract directory: {e}")))?;
-    let (report, all_valid) = hwqos_agent::watched::report(&scan, "contract", "apply");
+    let (report, failure) = hwqos_agent::watched::report(&scan, dir, "contract", "apply");
     print!("{report}");
-    if !all_valid {
-        return Err(bad_input(format!(
-            "{}: {} of {} contract file(s) rejected",
-            dir.display(),
-            scan.rejected().count(),
-            scan.files.len()
-        )));
-    }
-    Ok(())
+    failure.map_or(Ok(()), |f| Err(bad_input(f)))
 }

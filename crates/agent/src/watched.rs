@@ -118,9 +118,15 @@ impl<T> WatchedFiles<T> {
 /// What a `validate-dir` command prints: one line per candidate file
 /// (`NAME: ok vVERSION` or `NAME: rejected: REASON`), a line for the files
 /// left out beyond the bound, then the file the agent would `verb` (`would
-/// apply: NAME (vVERSION)`, or `nothing (no valid WHAT)`); and whether every
-/// file is valid.
-pub fn report<T: Versioned>(scan: &Scan<T>, what: &str, verb: &str) -> (String, bool) {
+/// apply: NAME (vVERSION)`, or `nothing (no valid WHAT)`); and, when a file
+/// is invalid, the command's one-line failure (`DIR: N of M WHAT file(s)
+/// rejected`).
+pub fn report<T: Versioned>(
+    scan: &Scan<T>,
+    dir: &std::path::Path,
+    what: &str,
+    verb: &str,
+) -> (String, Option<String>) {
     use std::fmt::Write as _;
     let mut out = String::new();
     for f in &scan.files {
@@ -144,5 +150,13 @@ pub fn report<T: Versioned>(scan: &Scan<T>, what: &str, verb: &str) -> (String, 
         None => writeln!(out, "would {verb}: nothing (no valid {what})"),
     }
     .expect("writing to a String");
-    (out, scan.rejected().next().is_none())
+    let rejected = scan.rejected().count();
+    let failure = (rejected > 0).then(|| {
+        format!(
+            "{}: {rejected} of {} {what} file(s) rejected",
+            dir.display(),
+            scan.files.len()
+        )
+    });
+    (out, failure)
 }
