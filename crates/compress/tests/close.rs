@@ -3,7 +3,7 @@
 //! then a clean end; a peer that resets the connection is an error at the
 //! receiver, never a clean end.
 
-use hwqos_compress::{MessageStream, Registry, StreamConfig, WireError};
+use hwqos_compress::{MessageStream, Registry, StreamConfig, Transport, WireError};
 use std::net::{TcpListener, TcpStream};
 use std::os::fd::AsRawFd;
 use std::sync::Arc;
@@ -68,8 +68,17 @@ fn tcp_pair() -> (TcpStream, TcpStream) {
     (client, server)
 }
 
-/// Receives until the stream ends: the messages, and how it ended.
-fn receive_all(s: &mut MessageStream<TcpStream>) -> (Vec<Vec<u8>>, Result<(), WireError>) {
+/// What the receiving end got: the messages, and how the stream ended.
+type Received = (Vec<Vec<u8>>, Result<(), WireError>);
+
+/// Both ends' handshake with [`config`] and the standard codecs.
+fn handshake<S: Transport>(io: S, end: &str) -> MessageStream<S> {
+    MessageStream::handshake(io, config(), Arc::new(Registry::standard()))
+        .unwrap_or_else(|e| panic!("{end} handshake: {e}"))
+}
+
+/// Receives until the stream ends.
+fn receive_all<S: Transport>(s: &mut MessageStream<S>) -> Received {
     let mut got = Vec::new();
     loop {
         match s.recv_msg() {
@@ -80,19 +89,21 @@ fn receive_all(s: &mut MessageStream<TcpStream>) -> (Vec<Vec<u8>>, Result<(), Wi
     }
 }
 
-#[test]
-fn a_sender_dropped_with_replies_unread_delivers_everything() {
+/// A loopback pair whose server end receives everything on a thread, and
+/// the client end after sending messages `0..n`.
+fn sender_and_receiver(n: u32) -> (MessageStream<TcpStream>, thread::JoinHandle<Received>) {
     let (client, server) = tcp_pair();
-    let receiver = thread::spawn(move || {
-        let mut s = MessageStream::handshake(server, config(), Arc::new(Registry::standard()))
-            .expect("server handshake");
-        receive_all(&mut s)
-    });
-    let mut s = MessageStream::handshake(client, config(), Arc::new(Registry::standard()))
-        .expect("client handshake");
-    for i in 0..50 {
+    let receiver = thread::spawn(move || receive_all(&mut handshake(server, "server")));
+    let mut s = handshake(client, "client");
+    for i in 0..n {
         s.send_msg(&message(i)).expect("send");
     }
+    (s, receiver)
+}
+
+#[test]
+fn a_sender_dropped_with_replies_unread_delivers_everything() {
+    let (s, receiver) = sender_and_receiver(50);
     // Wait until a probe reply has arrived (peek blocks until bytes are
     // readable), so that the drop below finds replies unread: the case that
     // used to reset the connection.
@@ -113,17 +124,7 @@ fn a_sender_dropped_with_replies_unread_delivers_everything() {
 /// `get_ref`, read to the end) still works, and `finish` after it is fine.
 #[test]
 fn finish_after_a_half_close_by_hand_is_ok() {
-    let (client, server) = tcp_pair();
-    let receiver = thread::spawn(move || {
-        let mut s = MessageStream::handshake(server, config(), Arc::new(Registry::standard()))
-            .expect("server handshake");
-        receive_all(&mut s)
-    });
-    let mut s = MessageStream::handshake(client, config(), Arc::new(Registry::standard()))
-        .expect("client handshake");
-    for i in 0..50 {
-        s.send_msg(&message(i)).expect("send");
-    }
+    let (mut s, receiver) = sender_and_receiver(50);
     s.get_ref()
         .shutdown(std::net::Shutdown::Write)
         .expect("half-close");
@@ -140,17 +141,7 @@ fn finish_after_a_half_close_by_hand_is_ok() {
 
 #[test]
 fn a_peer_that_resets_the_connection_is_an_error_not_a_clean_end() {
-    let (client, server) = tcp_pair();
-    let receiver = thread::spawn(move || {
-        let mut s = MessageStream::handshake(server, config(), Arc::new(Registry::standard()))
-            .expect("server handshake");
-        receive_all(&mut s)
-    });
-    let mut s = MessageStream::handshake(client, config(), Arc::new(Registry::standard()))
-        .expect("client handshake");
-    for i in 0..20 {
-        s.send_msg(&message(i)).expect("send");
-    }
+    let (s, receiver) = sender_and_receiver(20);
     // Wait for a reply (the receiver is mid-stream), then reset: SO_LINGER
     // with a zero timeout makes close() send RST instead of FIN.
     let mut byte = [0u8; 1];
@@ -229,7 +220,7 @@ impl std::io::Write for ReplyAfterReset {
     }
 }
 
-impl hwqos_compress::Transport for ReplyAfterReset {}
+impl Transport for ReplyAfterReset {}
 
 #[test]
 fn a_reset_first_seen_by_the_reply_write_is_an_error_not_a_clean_end() {
@@ -241,20 +232,9 @@ fn a_reset_first_seen_by_the_reply_write_is_an_error_not_a_clean_end() {
             writes: 0,
             peer_reset: reset_rx,
         };
-        let mut s = MessageStream::handshake(io, config(), Arc::new(Registry::standard()))
-            .expect("server handshake");
-        let mut got = Vec::new();
-        let end = loop {
-            match s.recv_msg() {
-                Ok(Some(m)) => got.push(m),
-                Ok(None) => break Ok(()),
-                Err(e) => break Err(e),
-            }
-        };
-        (got, end)
+        receive_all(&mut handshake(io, "server"))
     });
-    let mut s = MessageStream::handshake(client, config(), Arc::new(Registry::standard()))
-        .expect("client handshake");
+    let mut s = handshake(client, "client");
     for i in 0..20 {
         s.send_msg(&message(i)).expect("send");
     }
