@@ -187,6 +187,10 @@ pub enum Command {
         /// Print the report as JSON.
         #[arg(long)]
         json: bool,
+        /// Also draw x per run as an SVG: one panel per condition, baseline
+        /// and candidate by repetition, their means, the effect and verdict.
+        #[arg(long, value_name = "FILE")]
+        plot: Option<PathBuf>,
     },
     /// (internal) Read with the data-cache generator for an external cache
     /// model: `--level SIZE,WAYS,LINE` per level, shallowest first.

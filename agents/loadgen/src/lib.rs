@@ -406,6 +406,7 @@ fn execute(
             force,
             record_dir,
             json,
+            plot,
         } => {
             let opts = gate::GateOptions {
                 baseline,
@@ -421,7 +422,15 @@ fn execute(
                 force,
                 record_dir,
             };
-            run_gate(&model, &opts, fail_on_regression, json, &cfg, stop)
+            run_gate(
+                &model,
+                &opts,
+                fail_on_regression,
+                json,
+                plot.as_deref(),
+                &cfg,
+                stop,
+            )
         }
         Command::GenDcache {
             levels,
@@ -1034,6 +1043,7 @@ fn run_gate(
     opts: &gate::GateOptions,
     fail_on_regression: Option<f64>,
     json: bool,
+    plot: Option<&Path>,
     cfg: &LoadConfig,
     stop: &StopFlag,
 ) -> anyhow::Result<()> {
@@ -1060,6 +1070,10 @@ fn run_gate(
         );
     })
     .map_err(failed)?;
+    if let Some(svg) = plot {
+        render_gate_svg(&report, svg)?;
+        eprintln!("plot: {}", svg.display());
+    }
     if json {
         println!(
             "{}",
@@ -1140,4 +1154,105 @@ fn run_gate(
         }
     }
     Ok(())
+}
+
+/// `gate --plot`: x of every run, one panel per condition (bare, loaded),
+/// baseline and candidate by repetition with their means as dashed lines;
+/// each panel's caption gives the effect, its interval and the verdict.
+fn render_gate_svg(report: &gate::GateReport, path: &Path) -> anyhow::Result<()> {
+    use plotters::prelude::*;
+    let xs = report.runs.iter().map(|r| r.x);
+    let (lo, hi) = xs.fold((f64::MAX, f64::MIN), |(l, h), v| (l.min(v), h.max(v)));
+    let (lo, hi) = if hi > lo {
+        let d = (hi - lo) * 0.08;
+        (lo - d, hi + d)
+    } else {
+        let d = lo.abs().max(1.0) * 0.05;
+        (lo - d, hi + d)
+    };
+    let reps = report.repetitions.max(1);
+    let plot = || -> Result<(), Box<dyn std::error::Error>> {
+        let root = SVGBackend::new(path, (1000, 480)).into_drawing_area();
+        root.fill(&WHITE)?;
+        let (title, body) = root.split_vertically(36);
+        title.titled(
+            &format!(
+                "hwqos-loadgen gate: x = {}, {} runs per version and condition",
+                report.x, report.repetitions
+            ),
+            ("sans-serif", 18),
+        )?;
+        let panels = body.split_evenly((1, report.conditions.len().max(1)));
+        for (area, c) in panels.iter().zip(&report.conditions) {
+            let verdict = match c.verdict {
+                gate::Verdict::Regression => "regression",
+                gate::Verdict::Improvement => "improvement",
+                gate::Verdict::NoChange => "no significant change",
+            };
+            let mut chart = ChartBuilder::on(area)
+                .caption(
+                    format!(
+                        "{}: {:+.1} % [{:+.1} %, {:+.1} %], {verdict}",
+                        c.condition.name(),
+                        c.effect_pct.0,
+                        c.effect_pct.1,
+                        c.effect_pct.2
+                    ),
+                    ("sans-serif", 15),
+                )
+                .margin(10)
+                .x_label_area_size(35)
+                .y_label_area_size(60)
+                .build_cartesian_2d(-0.5f64..(reps as f64 - 0.5), lo..hi)?;
+            chart
+                .configure_mesh()
+                .x_desc("repetition")
+                .y_desc(report.x.as_str())
+                .draw()?;
+            for (v, color) in [
+                (gate::Version::Baseline, BLUE),
+                (gate::Version::Candidate, RED),
+            ] {
+                let runs: Vec<(f64, f64)> = report
+                    .runs
+                    .iter()
+                    .filter(|r| r.version == v && r.condition == c.condition)
+                    .map(|r| (r.repetition as f64, r.x))
+                    .collect();
+                let mean = match v {
+                    gate::Version::Baseline => c.baseline_mean,
+                    gate::Version::Candidate => c.candidate_mean,
+                };
+                let label = format!("{} (mean {mean:.4})", v.name());
+                match v {
+                    gate::Version::Baseline => chart
+                        .draw_series(runs.iter().map(|&p| Circle::new(p, 4, color.filled())))?
+                        .label(label)
+                        .legend(move |(x, y)| Circle::new((x, y), 4, color.filled())),
+                    gate::Version::Candidate => chart
+                        .draw_series(
+                            runs.iter()
+                                .map(|&p| TriangleMarker::new(p, 5, color.filled())),
+                        )?
+                        .label(label)
+                        .legend(move |(x, y)| TriangleMarker::new((x, y), 5, color.filled())),
+                };
+                chart.draw_series(DashedLineSeries::new(
+                    [(-0.5, mean), (reps as f64 - 0.5, mean)],
+                    6,
+                    4,
+                    color.mix(0.6).stroke_width(1),
+                ))?;
+            }
+            chart
+                .configure_series_labels()
+                .background_style(WHITE.mix(0.85))
+                .border_style(BLACK)
+                .position(SeriesLabelPosition::UpperLeft)
+                .draw()?;
+        }
+        root.present()?;
+        Ok(())
+    };
+    plot().map_err(|e| anyhow::anyhow!("rendering {}: {e}", path.display()))
 }

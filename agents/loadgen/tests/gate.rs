@@ -261,6 +261,7 @@ fn x_from_stdout_gives_the_exact_effect_and_the_gate_fails_only_above_its_limit(
     let dir = tempfile::tempdir().unwrap();
     let m = model_file(dir.path());
     let re = r"rtt=([0-9.]+) ms";
+    let svg = dir.path().join("gate.svg");
     let (o, r) = gate_json(
         &m,
         &[
@@ -270,6 +271,8 @@ fn x_from_stdout_gives_the_exact_effect_and_the_gate_fails_only_above_its_limit(
             "echo 'rtt=11.5 ms'; echo rtt=99 ms",
             "--x-regex",
             re,
+            "--plot",
+            svg.to_str().unwrap(),
         ],
     );
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
@@ -281,6 +284,19 @@ fn x_from_stdout_gives_the_exact_effect_and_the_gate_fails_only_above_its_limit(
         assert!((e - 15.0).abs() < 1e-9 && lo == e && hi == e, "{c}");
         assert_eq!(c["verdict"], "regression");
     }
+    // The plot: both panels with the effect and verdict, both versions
+    // named with their means, and the 4 baseline runs as 4 dots (-r 2, two
+    // conditions; the legend has one more per panel).
+    let plot = std::fs::read_to_string(&svg).unwrap();
+    for label in [
+        "bare: +15.0 % [+15.0 %, +15.0 %], regression",
+        "loaded: +15.0 % [+15.0 %, +15.0 %], regression",
+        "baseline (mean 10.0000)",
+        "candidate (mean 11.5000)",
+    ] {
+        assert!(plot.contains(label), "no `{label}` in the SVG");
+    }
+    assert_eq!(plot.matches("<circle").count(), 4 + 2);
     // Higher is better: the same change is an improvement.
     let (o, r) = gate_json(
         &m,

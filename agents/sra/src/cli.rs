@@ -226,6 +226,10 @@ pub struct PredictArgs {
     /// Print JSON instead of text.
     #[arg(long)]
     pub json: bool,
+    /// Also draw the prediction as an SVG: production's (r, x) pairs, the
+    /// fitted line, r′ with x̂ and its interval, and the actual run.
+    #[arg(long, value_name = "FILE")]
+    pub plot: Option<PathBuf>,
 }
 
 /// `decide`'s arguments.

@@ -359,6 +359,17 @@ pub fn predict(a: PredictArgs) -> anyhow::Result<()> {
         &options,
     )
     .map_err(|e| bad_input(e.to_string()))?;
+    if let Some(svg) = &a.plot {
+        hwqos_sched::predict::render_svg(
+            &p,
+            &production.frames,
+            actual.as_ref().map(|r| r.frames.as_slice()),
+            &options,
+            svg,
+        )
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+        eprintln!("plot: {}", svg.display());
+    }
     if a.json {
         println!("{}", serde_json::to_string_pretty(&p)?);
         // The text report carries the warning itself; JSON readers get it on stderr too.

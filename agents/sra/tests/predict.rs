@@ -208,14 +208,45 @@ fn prediction_recovers_the_line_and_covers_the_truth() {
     assert_eq!(v["fit"]["named"], true);
     assert!((f(&v, &["fit", "b"]) - 2.0).abs() < 0.05);
 
-    // Text output names the fit and the interval.
-    let out = predict(&[&prod, "--test", &test, "--x", "app.latency_us"]);
+    // Text output names the fit and the interval; --plot writes the SVG
+    // with one dot per production step (400) and every series named.
+    let svg = fs._dir.path().join("predict.svg");
+    let out = predict(&[
+        &prod,
+        "--test",
+        &test,
+        "--x",
+        "app.latency_us",
+        "--actual",
+        &actual,
+        "--plot",
+        svg.to_str().unwrap(),
+    ]);
     let text = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success());
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert!(
         text.contains("x = ") && text.contains("95 % interval"),
         "{text}"
     );
+    let plot = std::fs::read_to_string(&svg).unwrap();
+    let dots = plot
+        .lines()
+        .filter(|l| l.contains("<circle") && l.contains("r=\"2\""))
+        .count();
+    assert_eq!(dots, 400);
+    for label in [
+        "production (r, x)",
+        "actual run (r, x)",
+        "fit x = ",
+        "test r′ ",
+        "actual run: mean x ",
+    ] {
+        assert!(plot.contains(label), "no `{label}` in the SVG");
+    }
 }
 
 #[test]

@@ -566,6 +566,170 @@ impl Prediction {
     }
 }
 
+/// The filtered `(r, x)` pairs of `resource` and *x* in one scope of a run,
+/// as [`fit`] sees them (`None` when the run has no such scope or resource).
+fn scope_points(
+    frames: &[Frame],
+    x_metric: &str,
+    scope: &str,
+    resource: &str,
+    params: &AnalysisParams,
+) -> Option<Vec<(f64, f64)>> {
+    let mut procs = analysis::from_frames(frames, x_metric);
+    let series = procs.remove(scope)?;
+    let corr = analysis::analyse(&series, params).ok()?;
+    let rc = corr.resources.iter().find(|r| r.resource == resource)?;
+    let r = analysis::filtered(&rc.raw, params);
+    let x = analysis::filtered(&corr.x_raw, params);
+    Some(r.into_iter().zip(x).collect())
+}
+
+/// Renders a prediction as an SVG scatter plot (`hwqos-sra predict --plot`):
+/// production's `(r, x)` pairs as the fit saw them (aligned, filtered), the
+/// fitted line `x = a + b·r`, r′ of the test run with x̂ and its prediction
+/// interval, and, with `actual`, the actual run's mean *x* (a horizontal
+/// line) and its own `(r, x)` pairs where the run has the resource. The
+/// legend names each series; the title names *x*, the scope and the
+/// resource (whose name says the counter kind: `hw.*`, `sw.*`, …).
+pub fn render_svg(
+    p: &Prediction,
+    production: &[Frame],
+    actual: Option<&[Frame]>,
+    o: &PredictOptions,
+    path: &std::path::Path,
+) -> Result<(), SchedError> {
+    use plotters::prelude::*;
+    let f = &p.fit;
+    let prod = scope_points(production, &o.x_metric, &f.scope, &f.resource, &o.analysis)
+        .ok_or_else(|| {
+            SchedError::invalid(
+                format!("production: scope {}", f.scope),
+                format!("has no `{}` and x to plot", f.resource),
+            )
+        })?;
+    let act: Option<(f64, Vec<(f64, f64)>)> = p.actual.as_ref().map(|a| {
+        let pts = actual
+            .and_then(|fr| scope_points(fr, &o.x_metric, &a.x.scope, &f.resource, &o.analysis))
+            .unwrap_or_default();
+        (a.x.mean, pts)
+    });
+    let rp = p.test.mean;
+    let act_pts = act.as_ref().map(|a| a.1.as_slice()).unwrap_or(&[]);
+    let rs = prod
+        .iter()
+        .chain(act_pts)
+        .map(|q| q.0)
+        .chain([rp, f.r_min, f.r_max]);
+    let (r_lo, r_hi) = rs.fold((f64::MAX, f64::MIN), |(l, h), v| (l.min(v), h.max(v)));
+    let xs = prod
+        .iter()
+        .chain(act_pts)
+        .map(|q| q.1)
+        .chain([p.low, p.high, p.x_predicted])
+        .chain(act.as_ref().map(|a| a.0));
+    let (x_lo, x_hi) = xs.fold((f64::MAX, f64::MIN), |(l, h), v| (l.min(v), h.max(v)));
+    let pad = |lo: f64, hi: f64| {
+        let d = if hi > lo {
+            (hi - lo) * 0.05
+        } else {
+            lo.abs().max(1.0) * 0.05
+        };
+        (lo - d, hi + d)
+    };
+    let (r_lo, r_hi) = pad(r_lo, r_hi);
+    let (x_lo, x_hi) = pad(x_lo, x_hi);
+    let plot = || -> Result<(), Box<dyn std::error::Error>> {
+        let root = SVGBackend::new(path, (900, 600)).into_drawing_area();
+        root.fill(&WHITE)?;
+        let mut chart = ChartBuilder::on(&root)
+            .caption(
+                format!(
+                    "{}: {} against {} (R² {:.3}, n {}, n_eff {:.1})",
+                    f.scope, o.x_metric, f.resource, f.r_squared, f.n, f.n_eff
+                ),
+                ("sans-serif", 16),
+            )
+            .margin(10)
+            .x_label_area_size(40)
+            .y_label_area_size(70)
+            .build_cartesian_2d(r_lo..r_hi, x_lo..x_hi)?;
+        chart
+            .configure_mesh()
+            .x_desc(f.resource.as_str())
+            .y_desc(o.x_metric.as_str())
+            .draw()?;
+        chart
+            .draw_series(
+                prod.iter()
+                    .map(|&(r, x)| Circle::new((r, x), 2, BLUE.mix(0.45).filled())),
+            )?
+            .label("production (r, x)")
+            .legend(|(x, y)| Circle::new((x, y), 3, BLUE.filled()));
+        if !act_pts.is_empty() {
+            chart
+                .draw_series(
+                    act_pts
+                        .iter()
+                        .map(|&(r, x)| TriangleMarker::new((r, x), 3, GREEN.mix(0.5).filled())),
+                )?
+                .label("actual run (r, x)")
+                .legend(|(x, y)| TriangleMarker::new((x, y), 4, GREEN.filled()));
+        }
+        chart
+            .draw_series(LineSeries::new(
+                [r_lo, r_hi].map(|r| (r, f.a + f.b * r)),
+                BLACK.stroke_width(2),
+            ))?
+            .label(format!("fit x = {:.4} + {:.4}·r", f.a, f.b))
+            .legend(|(x, y)| PathElement::new([(x, y), (x + 20, y)], BLACK.stroke_width(2)));
+        chart
+            .draw_series([PathElement::new(
+                [(rp, p.low), (rp, p.high)],
+                RED.stroke_width(3),
+            )])?
+            .label(format!(
+                "test r′ {:.4}: x̂ {:.4}, {:.0} % interval [{:.4}, {:.4}]{}",
+                rp,
+                p.x_predicted,
+                p.level * 100.0,
+                p.low,
+                p.high,
+                if p.extrapolation.is_some() {
+                    " (extrapolated)"
+                } else {
+                    ""
+                }
+            ))
+            .legend(|(x, y)| PathElement::new([(x, y), (x + 20, y)], RED.stroke_width(3)));
+        chart.draw_series([Circle::new((rp, p.x_predicted), 5, RED.filled())])?;
+        if let Some((mean, _)) = &act {
+            chart
+                .draw_series(DashedLineSeries::new(
+                    [(r_lo, *mean), (r_hi, *mean)],
+                    6,
+                    4,
+                    GREEN.stroke_width(2),
+                ))?
+                .label(format!("actual run: mean x {mean:.4}"))
+                .legend(|(x, y)| PathElement::new([(x, y), (x + 20, y)], GREEN.stroke_width(2)));
+        }
+        chart
+            .configure_series_labels()
+            .background_style(WHITE.mix(0.85))
+            .border_style(BLACK)
+            .position(SeriesLabelPosition::UpperLeft)
+            .draw()?;
+        root.present()?;
+        Ok(())
+    };
+    plot().map_err(|e| {
+        SchedError::io(
+            format!("render {}", path.display()),
+            std::io::Error::other(e.to_string()),
+        )
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -840,6 +1004,28 @@ mod tests {
         assert_eq!(a.x.scope, "pid:30");
         assert!(a.inside && a.error_relative.abs() < 0.01, "{a:?}");
         assert!(p.text().contains("inside the interval"));
+        // The plot: every production pair (300, unfiltered) and every actual
+        // pair (50) drawn once, and each series named in the legend.
+        let dir = tempfile::tempdir().unwrap();
+        let svg = dir.path().join("predict.svg");
+        render_svg(&p, &prod, Some(&actual), &options(), &svg).unwrap();
+        let text = std::fs::read_to_string(&svg).unwrap();
+        assert!(text.starts_with("<svg"), "{}", &text[..100]);
+        let prod_dots = text
+            .lines()
+            .filter(|l| l.contains("<circle") && l.contains("r=\"2\""))
+            .count();
+        assert_eq!(prod_dots, 300);
+        for label in [
+            "production (r, x)",
+            "actual run (r, x)",
+            "fit x = ",
+            "test r′ 7.0000",
+            "actual run: mean x 17.0000",
+            "app.latency_us against sw.context_switches",
+        ] {
+            assert!(text.contains(label), "no `{label}` in the SVG");
+        }
         // Named test scope: the co-runner, far outside production's range.
         let o = PredictOptions {
             test_scope: Some("pid:21".into()),
