@@ -17,8 +17,8 @@
 # each of CPUS. The model is synthesized here, one CPU at a time, measuring
 # only the generator process (--measure-processes self, so whatever else
 # runs on the node does not count), and the per-CPU models are merged.
-# Output: the gate's report (text and JSON), its recordings and the machine
-# description in $OUT (default: a new temporary directory, printed at the
+# Output: the gate's report (text and JSON), its recordings, its plot
+# (gate.svg: x per run) and the machine description in $OUT (default: a new temporary directory, printed at the
 # end).
 set -euo pipefail
 
@@ -86,7 +86,7 @@ echo "candidate: $candidate" | tee -a "$OUT/commands.txt"
 
 "$LOADGEN" gate "$OUT/model.json" -r "$REPS" \
     --baseline "$baseline" --candidate "$candidate" \
-    --record-dir "$OUT/recordings" --json >"$OUT/report.json" 2>"$OUT/runs.txt"
+    --record-dir "$OUT/recordings" --plot "$OUT/gate.svg" --json >"$OUT/report.json" 2>"$OUT/runs.txt"
 python3 - "$OUT/report.json" <<'EOF' | tee "$OUT/table.md"
 import json, sys
 r = json.load(open(sys.argv[1]))

@@ -23,7 +23,7 @@
 #
 # hwqos-sra predict fits x = a + b r-hat in production, takes r-hat's mean in
 # the test run and checks the prediction against the actual run.
-# Needs root (monitor). Writes docs/experiments/results/predict.{txt,json}.
+# Needs root (monitor). Writes docs/experiments/results/predict.{txt,json,svg}.
 # Usage: docs/experiments/predict.sh        (about 3 minutes)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -128,7 +128,7 @@ run actual "$PROD_S" "leech $NEW_DUTY $PROD_S" schedule
 echo "recordings kept in $TMP" >&2
 P="$BIN/hwqos-sra predict $TMP/production.jsonl --test $TMP/test.jsonl --actual $TMP/actual.jsonl --x app.latency_us"
 $P > "$TMP/predict.txt" 2>&1 || { cat "$TMP/predict.txt"; exit 1; }
-$P --json > "$TMP/predict.json"
+$P --json --plot "$OUT/predict.svg" > "$TMP/predict.json"
 python3 - "$TMP" "$OUT" <<'PY'
 import json, sys, statistics as st
 tmp, out = sys.argv[1:3]
