@@ -42,6 +42,9 @@ struct Totals {
     per_codec: BTreeMap<String, u64>,
     throttled: u64,
     link_changes: u64,
+    samples: u64,
+    sample_ns: u64,
+    probes: u64,
 }
 
 impl Totals {
@@ -55,6 +58,9 @@ impl Totals {
         }
         self.throttled += s.throttled_messages;
         self.link_changes += s.link_changes;
+        self.samples += s.samples;
+        self.sample_ns += s.sample_ns;
+        self.probes += s.probes;
     }
 }
 
@@ -252,6 +258,16 @@ impl Collector for Exposition {
                 t.link_changes,
             ),
             (
+                "samples",
+                "Messages the adaptive policy compressed off the send path with a codec other than the chosen one, to learn its ratio and speed, since start.",
+                t.samples,
+            ),
+            (
+                "probes",
+                "Link probes sent since start (small and padded).",
+                t.probes,
+            ),
+            (
                 "connections",
                 "Open connections (accepted and not yet closed, handshaking ones included).",
                 self.open,
@@ -294,6 +310,11 @@ impl Collector for Exposition {
                 "link_seconds_per_byte",
                 "One-way link cost per byte, measured with padded probes (mean over open connections).",
                 self.link_s_per_byte,
+            ),
+            (
+                "sample_seconds",
+                "CPU time the adaptive policy's samples took (compression and decompression) since start.",
+                Some(t.sample_ns as f64 * 1e-9),
             ),
             (
                 "compression_budget_seconds",

@@ -108,6 +108,19 @@ async fn a_relay_pair_carries_bytes_both_ways_and_reports_them() {
     );
     // Round-robin sends no padded probes but its RTTs are watched too.
     assert!(body.contains("\nhwqos_relay_link_changes "), "{body}");
+    // Only the adaptive policy samples; every policy probes.
+    assert!(body.contains("\nhwqos_relay_samples 0\n"), "{body}");
+    assert!(
+        body.contains("\nhwqos_relay_sample_seconds 0.0\n"),
+        "{body}"
+    );
+    let probes: u64 = body
+        .lines()
+        .find_map(|l| l.strip_prefix("hwqos_relay_probes "))
+        .expect("hwqos_relay_probes")
+        .parse()
+        .unwrap();
+    assert!(probes > 0, "{body}");
 
     // The blocking client runs off the runtime's workers, which serve /metrics.
     let metrics_addr = near.metrics_addr.unwrap().to_string();
