@@ -1163,9 +1163,10 @@ fn render_gate_svg(report: &gate::GateReport, path: &Path) -> anyhow::Result<()>
     use plotters::prelude::*;
     let xs = report.runs.iter().map(|r| r.x);
     let (lo, hi) = xs.fold((f64::MAX, f64::MIN), |(l, h), v| (l.min(v), h.max(v)));
+    // Headroom above the runs for the legend (upper left).
     let (lo, hi) = if hi > lo {
         let d = (hi - lo) * 0.08;
-        (lo - d, hi + d)
+        (lo - d, hi + 4.0 * d)
     } else {
         let d = lo.abs().max(1.0) * 0.05;
         (lo - d, hi + d)

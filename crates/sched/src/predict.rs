@@ -717,7 +717,12 @@ pub fn render_svg(
             .configure_series_labels()
             .background_style(WHITE.mix(0.85))
             .border_style(BLACK)
-            .position(SeriesLabelPosition::UpperLeft)
+            // The corner the fitted line leaves free.
+            .position(if f.b >= 0.0 {
+                SeriesLabelPosition::UpperLeft
+            } else {
+                SeriesLabelPosition::UpperRight
+            })
             .draw()?;
         root.present()?;
         Ok(())
