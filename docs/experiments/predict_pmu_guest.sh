@@ -10,6 +10,10 @@
 # mean request latency per 100 ms, app.latency_us through hwqos-monitor's
 # tail_file source); tenants are `hwqos-sra leech cpu --duty D`. One vCPU,
 # so everything shares CPU 0 (predict.sh pins everything on CPU 1 of two).
+# The request is longer than predict.sh's (1300 iterations, about 20 ms,
+# every 50 ms): with 5 ms every 20 ms the guest's kernel (6.1, CFS) ran each
+# request nearly unpreempted after its sleep and the tenant hardly slowed
+# the victim (predict.md).
 # Runs, as in predict.sh, shorter (the guest is slow):
 #   production  victim + the production tenant (PROD_DUTIES, STEP_S each)
 #   bare_base   victim alone;  bare_test  victim + the new tenant (NEW_DUTY)
@@ -24,7 +28,7 @@
 # the victim's latency is the instructions retired on the CPU between a
 # request's start and end, its own and its co-runners'.
 #
-#   docs/experiments/predict_pmu_guest.sh        # about 10 minutes of host time
+#   docs/experiments/predict_pmu_guest.sh        # 4-5 minutes of host time
 # Output: OUT (default a new temporary directory): the recordings,
 # predict.txt, predict.json, predict.svg, summary.txt, guest.log.
 set -euo pipefail
