@@ -159,14 +159,22 @@ run_tool() { # tool file
       if ! "$bin" --config "$W/b.toml" --check-config >/dev/null 2>&1; then
         sed -i '1i allow_non_loopback = true' "$W/b.toml"
       fi
-      B bash -c "socat -u TCP-LISTEN:$port,reuseaddr STDOUT | sha256sum | cut -d' ' -f1 > $W/got" &
+      # Its stdio is not the caller's $(...) pipe, which would otherwise
+      # wait for it forever when a relay fails to start.
+      B bash -c "socat -u TCP-LISTEN:$port,reuseaddr STDOUT | sha256sum | cut -d' ' -f1 > $W/got" </dev/null >/dev/null 2>&1 &
       sink_pid=$!
       # Not through A/B: $! must be the relay (ip netns exec execs it), not
       # a subshell whose death leaves the relay listening.
       ip netns exec "$NB" "$bin" --config "$W/b.toml" >"$W/b.log" 2>&1 & pb=$!
       ip netns exec "$NA" "$bin" --config "$W/a.toml" >"$W/a.log" 2>&1 & pa=$!
       wait_listen "$NB" $port; wait_listen "$NB" 7401; wait_listen "$NA" 7400
-      kill -0 $pa && kill -0 $pb || { echo "a relay did not start: $(cat "$W"/[ab].log)" >&2; return 1; }
+      if ! { kill -0 $pa && kill -0 $pb; } 2>/dev/null; then
+        echo "a relay did not start: $(cat "$W"/[ab].log)" >&2
+        kill -KILL $pa $pb 2>/dev/null || true
+        A socat -u /dev/null TCP:10.77.0.2:$port 2>/dev/null || true # ends the sink
+        wait $sink_pid 2>/dev/null || true
+        return 1
+      fi
       t0=$(date +%s.%N)
       A socat -u "OPEN:$f" TCP:127.0.0.1:7400
       wait $sink_pid
