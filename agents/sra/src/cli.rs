@@ -40,7 +40,10 @@ pub enum Command {
     Analyse(AnalyseArgs),
     /// Predict x under a configuration change (thesis 6.4.4): fit x to r̂ in
     /// a production recording, take r̂'s mean in a test recording made under
-    /// the change, and print x̂ with its prediction interval.
+    /// the change, and print x̂ with its prediction interval. Only windows
+    /// that are full observations of a scope count (not a partial or late
+    /// tick, nor the window its process exited in or after); how many were
+    /// left out is printed.
     Predict(PredictArgs),
     /// Print the placement and its explanations for a sensitivity model on a
     /// hardware model (this machine, or a sysfs/procfs fixture root).

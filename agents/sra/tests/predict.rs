@@ -339,3 +339,73 @@ fn bad_input_exits_2_naming_it() {
         assert!(err.contains(needle), "{args:?}: `{needle}` not in {err}");
     }
 }
+
+/// A test recording as hwqos-monitor writes it when the victim exits before
+/// the monitor stops: a partial first tick (30 ms), full windows with r = 5
+/// and 7, the window the process exited in (it ran 4 ms) and two windows of
+/// zeros (its counters not enabled at all). r′ is the mean of the full
+/// windows only, 6, and the text and JSON say what was left out.
+#[test]
+fn windows_that_are_not_full_observations_are_left_out_and_reported() {
+    let fs = files();
+    let path = fs.prod.with_file_name("exiting.jsonl");
+    let header = RecordingHeader::new(
+        "test",
+        Timestamp::default(),
+        10.0,
+        RecordedBackend::Simulated,
+        CounterClass::Software,
+    );
+    let mut w = RecordingWriter::new(std::fs::File::create(&path).unwrap(), &header).unwrap();
+    let ms = 1_000_000u64;
+    let mut windows: Vec<(u64, f64, u64)> = vec![(30 * ms, 1.0, 9 * ms)];
+    windows.extend((0..100).map(|i| (100 * ms, if i % 2 == 0 { 5.0 } else { 7.0 }, 30 * ms)));
+    windows.push((100 * ms, 2.0, 4 * ms));
+    windows.extend([(100 * ms, 0.0, 0); 2]);
+    let mut t = 0;
+    for (i, (interval, r, enabled)) in windows.iter().enumerate() {
+        t += interval;
+        let time = Timestamp {
+            mono_ns: t,
+            wall_ns: 0,
+        };
+        w.write_frame(&Frame {
+            seq: i as u64,
+            time,
+            interval_ns: *interval,
+            samples: vec![Sample {
+                time,
+                scope: Scope::Process { pid: 210 },
+                metric: MetricName::new("sw.context_switches").unwrap(),
+                value: *r,
+                counter: Some(hwqos_core::CounterReading {
+                    raw: *r as u64,
+                    time_enabled: *enabled,
+                    time_running: *enabled,
+                }),
+            }],
+            labels: vec![],
+        })
+        .unwrap();
+    }
+    w.finish().unwrap();
+    let s = |p: &Path| p.to_str().unwrap().to_string();
+    let (prod, test) = (s(&fs.prod), s(&path));
+    let v = json_ok(&[&prod, "--test", &test, "--x", "app.latency_us", "--json"]);
+    assert_eq!(f(&v, &["test", "mean"]), 6.0);
+    assert_eq!(f(&v, &["test", "n"]), 100.0);
+    let d = &v["test"]["dropped"];
+    assert_eq!(
+        (&d["off_interval"], &d["exit_window"], &d["after_exit"]),
+        (&Value::from(1), &Value::from(1), &Value::from(2))
+    );
+    assert_eq!(v["fit"]["dropped"]["after_exit"], 0);
+    let out = predict(&[&prod, "--test", &test, "--x", "app.latency_us"]);
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("n 100, n_eff")
+            && text.contains("left out 4 (not full windows: 1 off-interval, 1 exit, 2 after exit)"),
+        "{text}"
+    );
+}

@@ -38,7 +38,14 @@
 //!    inside the interval.
 //!
 //! [`predict_recordings`] does all of it on frames; `hwqos-sra predict` is
-//! its command line.
+//! its command line. On recordings, every series it uses — production's
+//! (r, x) pairs, r′ and the actual run's *x* — keeps only the windows that
+//! are **full observations** of the scope ([`full_windows`]): a window whose
+//! length is off the recording's nominal interval (a partial first or last
+//! tick, a late or missed one), the window in which the scope's process
+//! exited and the windows after it (the monitor keeps writing the exited
+//! task's counters, as zeros, until it notices) are left out, and counted in
+//! [`Dropped`].
 
 use crate::analysis::{self, AnalysisParams, ProcessSeries};
 use crate::SchedError;
@@ -48,6 +55,147 @@ use std::collections::BTreeMap;
 
 /// Fewer aligned samples than this cannot be fitted.
 pub const MIN_SAMPLES: usize = 10;
+
+/// A window whose length differs from the recording's nominal interval by
+/// more than this share of it is not a full observation ([`full_windows`]).
+pub const WINDOW_TOLERANCE: f64 = 0.1;
+
+/// Why a window of a scope is not a full observation ([`full_windows`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Partial {
+    /// The frame's `interval_ns` is off the nominal interval by more than
+    /// [`WINDOW_TOLERANCE`]: a partial first or last tick, or a late or
+    /// missed one (per-interval counts would not compare).
+    OffInterval,
+    /// The last window in which the scope's counters ran, when the scope
+    /// did not run again before the recording ended: its process exited
+    /// during it, so it covers only part of the window.
+    ExitWindow,
+    /// After the exit window: the monitor reports the exited task's
+    /// counters as zeros (not enabled at all) until it drops the scope.
+    AfterExit,
+}
+
+/// Samples (or, for a fit, windows) of one series left out because they
+/// are not full observations ([`full_windows`]), by reason.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Dropped {
+    /// Windows off the nominal interval ([`Partial::OffInterval`]).
+    pub off_interval: usize,
+    /// The window the process exited in ([`Partial::ExitWindow`]; 0 or 1).
+    pub exit_window: usize,
+    /// Windows after the process exited ([`Partial::AfterExit`]).
+    pub after_exit: usize,
+}
+
+impl Dropped {
+    /// All the samples left out.
+    pub fn total(&self) -> usize {
+        self.off_interval + self.exit_window + self.after_exit
+    }
+
+    fn count(&mut self, why: Partial) {
+        match why {
+            Partial::OffInterval => self.off_interval += 1,
+            Partial::ExitWindow => self.exit_window += 1,
+            Partial::AfterExit => self.after_exit += 1,
+        }
+    }
+
+    /// `"; left out 3 (not full windows: 1 off-interval, 1 exit, 1 after exit)"`, or
+    /// nothing when none was.
+    fn describe(&self) -> String {
+        if self.total() == 0 {
+            return String::new();
+        }
+        format!(
+            "; left out {} (not full windows: {} off-interval, {} exit, {} after exit)",
+            self.total(),
+            self.off_interval,
+            self.exit_window,
+            self.after_exit
+        )
+    }
+}
+
+/// The rule for which windows of `scope` (`pid:42`, `system`) in a
+/// recording are **full observations**: one entry per frame, `None` for a
+/// full one, else why not.
+///
+/// 1. The nominal interval is the median of the frames' positive
+///    `interval_ns`. A frame whose interval differs from it by more than
+///    [`WINDOW_TOLERANCE`] (10 %) is [`Partial::OffInterval`] for every scope.
+/// 2. The scope's counter samples (those with a `counter` reading) say
+///    whether its tasks ran in a window (`time_enabled > 0`; a task's
+///    counters are enabled only while it runs). When frames follow the last
+///    window in which they ran — frames where they did not run at all (the
+///    zeros the monitor writes for an exited task) or where the scope is gone
+///    — the process exited during that last window: it is
+///    [`Partial::ExitWindow`], and every later frame is
+///    [`Partial::AfterExit`]. A process that did not run at all in the
+///    recording's last windows looks the same and is treated the same.
+///    A scope without counter samples (an `app.*` metric alone, `system`
+///    without counters) is judged by rule 1 only.
+pub fn full_windows(frames: &[Frame], scope: &str) -> Vec<Option<Partial>> {
+    let mut intervals: Vec<u64> = frames
+        .iter()
+        .map(|f| f.interval_ns)
+        .filter(|&i| i > 0)
+        .collect();
+    intervals.sort_unstable();
+    let nominal = intervals.get(intervals.len() / 2).copied().unwrap_or(0) as f64;
+    let mut last_ran: Option<usize> = None;
+    for (i, f) in frames.iter().enumerate() {
+        let ran = f
+            .samples
+            .iter()
+            .any(|s| s.counter.is_some_and(|c| c.time_enabled > 0) && s.scope.to_string() == scope);
+        if ran {
+            last_ran = Some(i);
+        }
+    }
+    let exit = last_ran.filter(|&l| l + 1 < frames.len());
+    frames
+        .iter()
+        .enumerate()
+        .map(|(i, f)| match exit {
+            Some(l) if i > l => Some(Partial::AfterExit),
+            Some(l) if i == l => Some(Partial::ExitWindow),
+            _ if nominal > 0.0
+                && (f.interval_ns as f64 - nominal).abs() > WINDOW_TOLERANCE * nominal =>
+            {
+                Some(Partial::OffInterval)
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+/// `frames` without the samples of `scope` in the windows that are not full
+/// observations of it ([`full_windows`]; other scopes' samples are kept),
+/// with the count of its windows (frames that had samples of it) left out.
+pub fn without_partial(frames: &[Frame], scope: &str) -> (Vec<Frame>, Dropped) {
+    let windows = full_windows(frames, scope);
+    let mut dropped = Dropped::default();
+    let out = frames
+        .iter()
+        .zip(&windows)
+        .map(|(f, w)| match w {
+            None => f.clone(),
+            Some(why) => {
+                let mut f = f.clone();
+                let before = f.samples.len();
+                f.samples.retain(|s| s.scope.to_string() != scope);
+                if f.samples.len() < before {
+                    dropped.count(*why);
+                }
+                f
+            }
+        })
+        .collect();
+    (out, dropped)
+}
 
 /// The fit of *x* to one resource in production.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -82,6 +230,11 @@ pub struct Fit {
     pub r_max: f64,
     /// Mean of *x*.
     pub x_mean: f64,
+    /// The scope's windows left out of the fit as not full observations
+    /// (filled by [`predict_recordings`]; [`fit`] itself takes the series as
+    /// given).
+    #[serde(default)]
+    pub dropped: Dropped,
 }
 
 /// The level of a series in a run: mean, spread and effective sample size.
@@ -99,6 +252,10 @@ pub struct Level {
     pub n: usize,
     /// Effective sample size ([`stats::effective_sample_size`]).
     pub n_eff: f64,
+    /// Samples left out as not full observations (filled by
+    /// [`predict_recordings`]; [`level`] takes the series as given).
+    #[serde(default)]
+    pub dropped: Dropped,
 }
 
 /// The prediction of *x* under the change.
@@ -244,6 +401,7 @@ pub fn fit(
         r_min,
         r_max,
         x_mean,
+        dropped: Dropped::default(),
     })
 }
 
@@ -263,6 +421,7 @@ pub fn level(scope: &str, metric: &str, series: &Series) -> Result<Level, SchedE
         sd: stats::stddev(&v).unwrap_or(0.0),
         n: v.len(),
         n_eff: stats::effective_sample_size(&v).unwrap_or(v.len() as f64),
+        dropped: Dropped::default(),
     })
 }
 
@@ -373,8 +532,28 @@ fn median_interval(frames: &[Frame]) -> Option<u64> {
     v.get(v.len() / 2).copied()
 }
 
-/// Picks the scope of `metric` in another run: the named one, else the one
-/// labelled like production's scope, else the only one that has `metric`.
+/// `metric` of `scope` in its full windows ([`full_windows`]), with the
+/// count of its samples left out.
+fn full_series(frames: &[Frame], scope: &str, metric: &str) -> (Series, Dropped) {
+    let windows = full_windows(frames, scope);
+    let mut out = Series::new(frames.len().max(1));
+    let mut dropped = Dropped::default();
+    for (f, w) in frames.iter().zip(&windows) {
+        for s in &f.samples {
+            if s.metric.as_str() == metric && s.scope.to_string() == scope {
+                match w {
+                    None => out.push(s.time.mono_ns, s.value),
+                    Some(why) => dropped.count(*why),
+                }
+            }
+        }
+    }
+    (out, dropped)
+}
+
+/// Picks the scope of `metric` in another run (the named one, else the one
+/// labelled like production's scope, else the only one that has `metric`)
+/// and returns it with the series in its full windows ([`full_series`]).
 fn pick_scope(
     run: &str,
     frames: &[Frame],
@@ -382,13 +561,28 @@ fn pick_scope(
     named: Option<&str>,
     prod_label: Option<&String>,
     system_fallback: bool,
-) -> Result<(String, Series), SchedError> {
-    let mut all = metric_series(frames, metric);
+) -> Result<(String, Series, Dropped), SchedError> {
+    let (name, source) = pick_scope_key(run, frames, metric, named, prod_label, system_fallback)?;
+    let (series, dropped) = full_series(frames, &source, metric);
+    Ok((name, series, dropped))
+}
+
+/// [`pick_scope`]'s choice: the scope's name and the scope the series comes
+/// from (`system` when a named process has no `metric` and `system_fallback`).
+fn pick_scope_key(
+    run: &str,
+    frames: &[Frame],
+    metric: &str,
+    named: Option<&str>,
+    prod_label: Option<&String>,
+    system_fallback: bool,
+) -> Result<(String, String), SchedError> {
+    let all = metric_series(frames, metric);
     if let Some(s) = named {
-        return match all.remove(s) {
-            Some(series) => Ok((s.to_string(), series)),
+        return match all.get(s) {
+            Some(_) => Ok((s.to_string(), s.to_string())),
             None if system_fallback && all.contains_key("system") => {
-                Ok((s.to_string(), all.remove("system").expect("checked")))
+                Ok((s.to_string(), "system".to_string()))
             }
             None => Err(SchedError::invalid(
                 format!("{run}: scope `{s}`"),
@@ -409,8 +603,7 @@ fn pick_scope(
         .collect();
     if by_label.len() == 1 {
         let k = by_label[0].clone();
-        let series = all.remove(&k).expect("key exists");
-        return Ok((k, series));
+        return Ok((k.clone(), k));
     }
     let processes: Vec<String> = all.keys().filter(|k| *k != "system").cloned().collect();
     let key = match processes.len() {
@@ -427,8 +620,7 @@ fn pick_scope(
             ))
         }
     };
-    let series = all.remove(&key).expect("key exists");
-    Ok((key, series))
+    Ok((key.clone(), key))
 }
 
 /// The whole workflow on frames: fit in `production`, r′ from `test`, and
@@ -488,9 +680,23 @@ pub fn predict_recordings(
             ));
         }
     }
-    let f = fit(&series, o.resource.as_deref(), &o.analysis)?;
+    // The fit sees the scope's full windows only.
+    let (full, dropped) = without_partial(production, &series.process);
+    let series = analysis::from_frames(&full, &o.x_metric)
+        .remove(&series.process)
+        .ok_or_else(|| {
+            SchedError::invalid(
+                format!("production: scope {}", series.process),
+                format!(
+                    "no x and resources left in full windows ({} left out)",
+                    dropped.total()
+                ),
+            )
+        })?;
+    let mut f = fit(&series, o.resource.as_deref(), &o.analysis)?;
+    f.dropped = dropped;
     let prod_label = labels(production).get(&f.scope).cloned();
-    let (ts, tseries) = pick_scope(
+    let (ts, tseries, tdropped) = pick_scope(
         "test",
         test,
         &f.resource,
@@ -499,9 +705,14 @@ pub fn predict_recordings(
         false,
     )?;
     let lv = level(&format!("test {ts}"), &f.resource, &tseries)?;
-    let mut p = predict(&f, &Level { scope: ts, ..lv }, o.level)?;
+    let lv = Level {
+        scope: ts,
+        dropped: tdropped,
+        ..lv
+    };
+    let mut p = predict(&f, &lv, o.level)?;
     if let Some(actual) = actual {
-        let (s, xs) = pick_scope(
+        let (s, xs, xdropped) = pick_scope(
             "actual",
             actual,
             &o.x_metric,
@@ -510,7 +721,14 @@ pub fn predict_recordings(
             true,
         )?;
         let x = level(&format!("actual {s}"), &o.x_metric, &xs)?;
-        p.actual = Some(check(&p, Level { scope: s, ..x }));
+        p.actual = Some(check(
+            &p,
+            Level {
+                scope: s,
+                dropped: xdropped,
+                ..x
+            },
+        ));
     }
     Ok(p)
 }
@@ -534,12 +752,21 @@ impl Prediction {
             if f.named { " (named)" } else { " (r̂)" }
         );
         out.push_str(&format!(
-            "production: mean r {:.6} (range [{:.6}, {:.6}]), mean x {:.6}\n",
-            f.r_mean, f.r_min, f.r_max, f.x_mean
+            "production: mean r {:.6} (range [{:.6}, {:.6}]), mean x {:.6}{}\n",
+            f.r_mean,
+            f.r_min,
+            f.r_max,
+            f.x_mean,
+            f.dropped.describe()
         ));
         out.push_str(&format!(
-            "test ({}): mean r′ {:.6} (sd {:.6}, n {}, n_eff {:.1})\n",
-            self.test.scope, self.test.mean, self.test.sd, self.test.n, self.test.n_eff
+            "test ({}): mean r′ {:.6} (sd {:.6}, n {}, n_eff {:.1}{})\n",
+            self.test.scope,
+            self.test.mean,
+            self.test.sd,
+            self.test.n,
+            self.test.n_eff,
+            self.test.dropped.describe()
         ));
         out.push_str(&format!(
             "predicted mean x: {:.6}  {:.0} % interval [{:.6}, {:.6}]  ({:+.1} % vs production)\n",
@@ -554,10 +781,11 @@ impl Prediction {
         }
         if let Some(a) = &self.actual {
             out.push_str(&format!(
-                "actual ({}): mean x {:.6} (n {}); prediction error {:+.1} %, {} the interval\n",
+                "actual ({}): mean x {:.6} (n {}{}); prediction error {:+.1} %, {} the interval\n",
                 a.x.scope,
                 a.x.mean,
                 a.x.n,
+                a.x.dropped.describe(),
                 a.error_relative * 100.0,
                 if a.inside { "inside" } else { "outside" }
             ));
@@ -567,7 +795,7 @@ impl Prediction {
 }
 
 /// The filtered `(r, x)` pairs of `resource` and *x* in one scope of a run,
-/// as [`fit`] sees them (`None` when the run has no such scope or resource).
+/// in its full windows, as [`fit`] sees them (`None` when the run has no such scope or resource).
 fn scope_points(
     frames: &[Frame],
     x_metric: &str,
@@ -575,7 +803,8 @@ fn scope_points(
     resource: &str,
     params: &AnalysisParams,
 ) -> Option<Vec<(f64, f64)>> {
-    let mut procs = analysis::from_frames(frames, x_metric);
+    let (full, _) = without_partial(frames, scope);
+    let mut procs = analysis::from_frames(&full, x_metric);
     let series = procs.remove(scope)?;
     let corr = analysis::analyse(&series, params).ok()?;
     let rc = corr.resources.iter().find(|r| r.resource == resource)?;
@@ -1058,5 +1287,209 @@ mod tests {
         assert!(e.to_string().contains("sampling interval"), "{e}");
         let e = predict_recordings(&prod, &actual[..0], None, &options()).unwrap_err();
         assert!(e.to_string().contains("not in the recording"), "{e}");
+    }
+
+    /// A window of a monitor recording: the frame's interval, the scope's
+    /// counter `sw.context_switches` (value, time_enabled; `None`: the scope
+    /// is gone) and x.
+    type Window = (u64, Option<(f64, u64)>, Option<f64>);
+
+    /// Frames as hwqos-monitor writes them for one process: counter samples
+    /// with their readings, a first frame with interval 0 and no samples.
+    fn monitored(pid: u32, windows: &[Window]) -> Vec<Frame> {
+        let mut t = 1_000_000_000u64;
+        let mut out = vec![Frame {
+            seq: 0,
+            time: Timestamp {
+                mono_ns: t,
+                wall_ns: 0,
+            },
+            interval_ns: 0,
+            samples: vec![],
+            labels: vec![],
+        }];
+        for (i, (interval, r, x)) in windows.iter().enumerate() {
+            t += interval;
+            let time = Timestamp {
+                mono_ns: t,
+                wall_ns: 0,
+            };
+            let scope = Scope::Process { pid };
+            let mut samples = Vec::new();
+            if let Some((v, enabled)) = r {
+                samples.push(Sample {
+                    time,
+                    scope: scope.clone(),
+                    metric: MetricName::new("sw.context_switches").unwrap(),
+                    value: *v,
+                    counter: Some(hwqos_core::CounterReading {
+                        raw: *v as u64,
+                        time_enabled: *enabled,
+                        time_running: *enabled,
+                    }),
+                });
+            }
+            if let Some(x) = x {
+                samples.push(Sample::gauge(
+                    time,
+                    scope.clone(),
+                    MetricName::new("app.latency_us").unwrap(),
+                    *x,
+                ));
+            }
+            out.push(Frame {
+                seq: i as u64 + 1,
+                time,
+                interval_ns: *interval,
+                labels: if r.is_some() {
+                    vec![ScopeLabel {
+                        scope,
+                        name: "victim".into(),
+                    }]
+                } else {
+                    vec![]
+                },
+                samples,
+            });
+        }
+        out
+    }
+
+    /// The rule on a recording with every kind of window that is not a full
+    /// observation: a partial first tick, a late tick, the exit window, the
+    /// zeros after the exit and the frame where the scope is gone.
+    #[test]
+    fn full_windows_names_each_window_that_is_not_a_full_observation() {
+        let ms = 1_000_000u64;
+        let frames = monitored(
+            5,
+            &[
+                (40 * ms, Some((3.0, 10 * ms)), None), // partial first tick
+                (100 * ms, Some((8.0, 30 * ms)), None),
+                (102 * ms, Some((6.0, 30 * ms)), None), // within 10 %
+                (130 * ms, Some((9.0, 40 * ms)), None), // late tick
+                (100 * ms, Some((0.0, 0)), None),       // idle, alive: kept
+                (100 * ms, Some((8.0, 30 * ms)), None),
+                (100 * ms, Some((2.0, 5 * ms)), None), // exits here
+                (100 * ms, Some((0.0, 0)), Some(9.0)), // zeros after the exit
+                (100 * ms, None, None),                // the scope is gone
+            ],
+        );
+        use Partial::*;
+        assert_eq!(
+            full_windows(&frames, "pid:5"),
+            vec![
+                Some(OffInterval), // the monitor's first frame (interval 0)
+                Some(OffInterval),
+                None,
+                None,
+                Some(OffInterval),
+                None,
+                None,
+                Some(ExitWindow),
+                Some(AfterExit),
+                Some(AfterExit),
+            ]
+        );
+        // Another scope (without counters here) is judged by the interval only.
+        assert_eq!(
+            full_windows(&frames, "system")
+                .iter()
+                .filter(|w| w.is_some())
+                .count(),
+            3
+        );
+        let (kept, dropped) = without_partial(&frames, "pid:5");
+        assert_eq!(
+            dropped,
+            Dropped {
+                off_interval: 2,
+                exit_window: 1,
+                after_exit: 1
+            }
+        );
+        assert_eq!(kept.iter().map(|f| f.samples.len()).sum::<usize>(), 4);
+        // A process that ran in the recording's last window did not exit.
+        let alive = monitored(5, &[(100 * ms, Some((4.0, 30 * ms)), None); 4]);
+        assert!(full_windows(&alive, "pid:5")
+            .iter()
+            .skip(1)
+            .all(Option::is_none));
+    }
+
+    /// Known answers end to end: production is exactly x = 3 + 2 r in its
+    /// full windows, r′ = 7 and the actual x = 17 in theirs; the partial first
+    /// tick, the exit window and the zeros after it carry other values. The
+    /// fit, r′ and x̄ come out exact, and the dropped samples are reported.
+    /// (Before the rule, r′ was the mean of all 45 samples, 6.29, the fit
+    /// took the pairs (1, 30) and (0, 11) in, and x̄ the two 30s.)
+    #[test]
+    fn partial_and_after_exit_windows_are_left_out_of_the_fit_r_prime_and_x() {
+        let ms = 1_000_000u64;
+        let full = |r: f64, x: Option<f64>| (100 * ms, Some((r, 30 * ms)), x);
+        let mut prod: Vec<Window> = (0..60)
+            .map(|i| {
+                let r = (i % 7) as f64 + 2.0;
+                full(r, Some(3.0 + 2.0 * r))
+            })
+            .collect();
+        prod.push((100 * ms, Some((1.0, 3 * ms)), Some(30.0))); // exit window
+        prod.push((100 * ms, Some((0.0, 0)), Some(11.0))); // after exit
+        let prod = monitored(10, &prod);
+        let mut test: Vec<Window> = vec![(30 * ms, Some((2.0, 9 * ms)), None)];
+        test.extend((0..40).map(|i| full(if i % 2 == 0 { 6.0 } else { 8.0 }, None)));
+        test.push((100 * ms, Some((1.0, 4 * ms)), None));
+        test.extend([(100 * ms, Some((0.0, 0)), None); 3]);
+        test.push((100 * ms, None, None));
+        let test = monitored(20, &test);
+        let mut actual: Vec<Window> = (0..40).map(|_| full(7.0, Some(17.0))).collect();
+        actual.push((100 * ms, Some((2.0, 8 * ms)), Some(30.0)));
+        actual.push((100 * ms, Some((0.0, 0)), Some(30.0)));
+        let actual = monitored(30, &actual);
+
+        let p = predict_recordings(&prod, &test, Some(&actual), &options()).unwrap();
+        let f = &p.fit;
+        assert!(
+            (f.a - 3.0).abs() < 1e-9 && (f.b - 2.0).abs() < 1e-9,
+            "{f:?}"
+        );
+        assert_eq!((f.n, f.r_min, f.r_max), (60, 2.0, 8.0));
+        assert_eq!(
+            f.dropped,
+            Dropped {
+                off_interval: 0,
+                exit_window: 1,
+                after_exit: 1
+            }
+        );
+        assert_eq!(p.test.mean, 7.0);
+        assert_eq!(p.test.n, 40);
+        assert_eq!(
+            p.test.dropped,
+            Dropped {
+                off_interval: 1,
+                exit_window: 1,
+                after_exit: 3
+            }
+        );
+        assert!((p.x_predicted - 17.0).abs() < 1e-9);
+        let a = p.actual.as_ref().unwrap();
+        assert_eq!((a.x.mean, a.x.n), (17.0, 40));
+        assert_eq!(a.x.dropped.total(), 2);
+        assert!(a.inside && a.error_relative.abs() < 1e-9, "{a:?}");
+        let text = p.text();
+        assert!(
+            text.contains("; left out 5 (not full windows: 1 off-interval, 1 exit, 3 after exit))"),
+            "{text}"
+        );
+        let json = serde_json::to_value(&p).unwrap();
+        assert_eq!(json["test"]["dropped"]["after_exit"], 3);
+        assert_eq!(json["fit"]["dropped"]["exit_window"], 1);
+        // What the old rule (every sample) gave: a different r′.
+        let all: Vec<f64> = test
+            .iter()
+            .flat_map(|f| f.samples.iter().map(|s| s.value))
+            .collect();
+        assert_eq!((all.len(), stats::mean(&all).unwrap()), (45, 283.0 / 45.0));
     }
 }
