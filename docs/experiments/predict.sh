@@ -25,6 +25,12 @@
 # the test run and checks the prediction against the actual run.
 # Needs root (monitor). Writes docs/experiments/results/predict.{txt,json,svg}.
 # Usage: docs/experiments/predict.sh        (about 3 minutes)
+#        REPORT=/tmp/predict.XXXXXX OUT=DIR docs/experiments/predict.sh
+#        (no runs: the prediction and the report again on the recordings a
+#        run kept, written to OUT; no root needed)
+# Every mean (x per run, r') is over the windows that are full observations
+# of the victim (predict_windows.py, the rule of hwqos-sra predict): not the
+# window the victim exited in, nor the zeros after it, nor off-interval ticks.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 root=$PWD
@@ -41,9 +47,10 @@ if [ -z "$BIN" ]; then
     cargo build --release -q -p hwqos-sra -p hwqos-monitor
     BIN=$root/target/release
 fi
-OUT=docs/experiments/results
+OUT=${OUT:-docs/experiments/results}
 mkdir -p "$OUT"
-TMP=$(mktemp -d /tmp/predict.XXXXXX)
+REPORT=${REPORT:-}
+if [ -n "$REPORT" ]; then TMP=$REPORT; else TMP=$(mktemp -d /tmp/predict.XXXXXX); fi
 pids=()
 CG=/sys/fs/cgroup/cpu/hwqos-predict
 shares="none (no cgroup: other work on the node counts)"
@@ -54,7 +61,7 @@ cleanup() {
 trap cleanup EXIT
 # As gate_under_load.sh: on a shared machine, a heavy cpu cgroup keeps other
 # sessions' builds from being the co-runner.
-if [ "$(id -u)" = 0 ] && [ -w /sys/fs/cgroup/cpu/cgroup.procs ]; then
+if [ -z "$REPORT" ] && [ "$(id -u)" = 0 ] && [ -w /sys/fs/cgroup/cpu/cgroup.procs ]; then
     mkdir -p "$CG"
     echo 262144 > "$CG/cpu.shares"
     echo $$ > "$CG/cgroup.procs"
@@ -109,6 +116,7 @@ T
     echo "$name: $(grep -c . "$d/lat.log") x values" >&2
 }
 
+if [ -z "$REPORT" ]; then
 {
     echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
     echo "cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//'), $(nproc) CPUs, kernel $(uname -r)"
@@ -124,21 +132,21 @@ run bare_base "$BARE_S"
 run bare_test "$BARE_S" "leech $NEW_DUTY $BARE_S"
 run test "$PROD_S" "leech $NEW_DUTY $PROD_S" "schedule '$TEST_DUTIES'"
 run actual "$PROD_S" "leech $NEW_DUTY $PROD_S" schedule
+fi
 
 echo "recordings kept in $TMP" >&2
 P="$BIN/hwqos-sra predict $TMP/production.jsonl --test $TMP/test.jsonl --actual $TMP/actual.jsonl --x app.latency_us"
 $P > "$TMP/predict.txt" 2>&1 || { cat "$TMP/predict.txt"; exit 1; }
 $P --json --plot "$OUT/predict.svg" > "$TMP/predict.json"
-python3 - "$TMP" "$OUT" <<'PY'
+python3 - "$TMP" "$OUT" "$root/docs/experiments" <<'PY'
 import json, sys, statistics as st
-tmp, out = sys.argv[1:3]
+tmp, out, here = sys.argv[1:4]
+sys.path.insert(0, here)
+import predict_windows as pw  # the full-window rule, written independently of hwqos-sra
+recs = {n: pw.frames(f"{tmp}/{n}.jsonl") for n in ("production", "bare_base", "bare_test", "test", "actual")}
 def x_of(name):
-    vals = []
-    for i, l in enumerate(open(f"{tmp}/{name}.jsonl")):
-        if i == 0:
-            continue
-        vals += [s["value"] for s in json.loads(l)["samples"] if s["metric"] == "app.latency_us"]
-    return vals
+    fr = recs[name]
+    return pw.values(fr, pw.main_scope(fr, "app.latency_us"), "app.latency_us")
 xs = {n: x_of(n) for n in ("production", "bare_base", "bare_test", "test", "actual")}
 p = json.load(open(f"{tmp}/predict.json"))
 prod, actual = st.mean(xs["production"]), st.mean(xs["actual"])
@@ -155,24 +163,14 @@ lines.append("| estimate | predicted change | error vs actual change |")
 lines.append("|---|---|---|")
 for name, est in rows:
     lines.append(f"| {name} | {est * 100:+.1f} % | {(est - true) * 100:+.1f} pp |")
-# Oracles: r' and the actual mean x recomputed from the recordings, x-hat from a and b.
-def metric_of(name, scope, metric):
-    vals = []
-    for i, l in enumerate(open(f"{tmp}/{name}.jsonl")):
-        if i == 0:
-            continue
-        for s in json.loads(l)["samples"]:
-            sc = s["scope"]
-            text = f"pid:{sc['pid']}" if sc.get("kind") == "process" else sc.get("kind")
-            if s["metric"] == metric and text == scope:
-                vals.append(s["value"])
-    return vals
+# Oracles: r' and the actual mean x recomputed from the recordings (full
+# windows, predict_windows.py), x-hat from a and b.
 f = p["fit"]
-r_test = metric_of("test", p["test"]["scope"].split()[-1], f["resource"])
-x_act = metric_of("actual", p["actual"]["x"]["scope"].split()[-1], "app.latency_us")
+r_test = pw.values(recs["test"], p["test"]["scope"].split()[-1], f["resource"])
+x_act = pw.values(recs["actual"], p["actual"]["x"]["scope"].split()[-1], "app.latency_us")
 checks = [
-    ("r' = mean of the test run's samples", abs(st.mean(r_test) - p["test"]["mean"]) <= 1e-9 * abs(p["test"]["mean"])),
-    ("actual x = mean of the actual run's samples", abs(st.mean(x_act) - p["actual"]["x"]["mean"]) <= 1e-9 * abs(st.mean(x_act))),
+    ("r' = mean of the test run's full windows", abs(st.mean(r_test) - p["test"]["mean"]) <= 1e-9 * abs(p["test"]["mean"])),
+    ("actual x = mean of the actual run's full windows", abs(st.mean(x_act) - p["actual"]["x"]["mean"]) <= 1e-9 * abs(st.mean(x_act))),
     ("x-hat = a + b r'", abs(f["a"] + f["b"] * p["test"]["mean"] - p["x_predicted"]) <= 1e-9 * abs(p["x_predicted"])),
     ("interval contains x-hat", p["low"] < p["x_predicted"] < p["high"]),
 ]

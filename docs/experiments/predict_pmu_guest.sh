@@ -29,8 +29,13 @@
 # request's start and end, its own and its co-runners'.
 #
 #   docs/experiments/predict_pmu_guest.sh        # 4-5 minutes of host time
+#   REPORT=1 OUT=DIR docs/experiments/predict_pmu_guest.sh
+#        (no guest: the prediction and the summary again on the recordings
+#        and guest.log a run left in DIR)
 # Output: OUT (default a new temporary directory): the recordings,
 # predict.txt, predict.json, predict.svg, summary.txt, guest.log.
+# Every mean is over the windows that are full observations of the victim
+# (predict_windows.py, the rule of hwqos-sra predict).
 set -euo pipefail
 root="$(cd "$(dirname "$0")/../.." && pwd)"
 PROD_DUTIES=${PROD_DUTIES:-"0 0.4 0.8 0.2 0.6 0.1 0.5 0.3 0.7 0"}
@@ -96,6 +101,7 @@ run actual $PROD_S "leech $NEW_DUTY $PROD_S" "schedule '$PROD_DUTIES'"
 echo "@@done"
 EOF
 start=$(date -u +%Y-%m-%dT%H:%M:%SZ)
+if [ -z "${REPORT:-}" ]; then
 "$PMU_GUEST" --timeout 3000 --add "$tmp/predict-guest.sh" --add "$root/docs/experiments/predict_victim.sh" \
     -- sh predict-guest.sh >"$OUT/guest.log" 2>&1 || { tail -30 "$OUT/guest.log"; exit 1; }
 for n in production bare_base bare_test test actual; do
@@ -108,22 +114,21 @@ done
     echo "victim: request of $ITERS shell-loop iterations every $PERIOD_US us; production duties: $PROD_DUTIES ($STEP_S s each); test: $TEST_DUTIES; new tenant duty $NEW_DUTY"
     grep -E '^[a-z_]+: [0-9]+ x values' "$OUT/guest.log"
 } >"$OUT/machine.txt"
+fi
 P=("$HWQOS_SRA" predict "$OUT/production.jsonl" --test "$OUT/test.jsonl" --actual "$OUT/actual.jsonl" --x app.latency_us)
 "${P[@]}" --plot "$OUT/predict.svg" >"$OUT/predict.txt" 2>&1 || { cat "$OUT/predict.txt"; exit 1; }
 "${P[@]}" --json >"$OUT/predict.json" 2>/dev/null
-python3 - "$OUT" <<'PY' | tee "$OUT/summary.txt"
+python3 - "$OUT" "$root/docs/experiments" <<'PY' | tee "$OUT/summary.txt"
 import json, sys, statistics as st
-out = sys.argv[1]
-def series(name, metric):
-    vals = {}
-    for i, l in enumerate(open(f"{out}/{name}.jsonl")):
-        if i == 0:
-            continue
-        for s in json.loads(l)["samples"]:
-            if s["metric"] == metric and s["scope"].get("kind") == "process":
-                vals.setdefault(s["scope"]["pid"], []).append(s["value"])
-    return max(vals.values(), key=len) if vals else []
+out, here = sys.argv[1:3]
+sys.path.insert(0, here)
+import predict_windows as pw  # the full-window rule, written independently of hwqos-sra
 runs = ("production", "bare_base", "bare_test", "test", "actual")
+recs = {n: pw.frames(f"{out}/{n}.jsonl") for n in runs}
+def series(name, metric):
+    fr = recs[name]
+    scope = pw.main_scope(fr, metric)
+    return pw.values(fr, scope, metric) if scope else []
 xs = {n: series(n, "app.latency_us") for n in runs}
 p = json.load(open(f"{out}/predict.json"))
 prod, actual = st.mean(xs["production"]), st.mean(xs["actual"])
@@ -145,7 +150,7 @@ print(f"fit: {f['resource']}: x = {f['a']:.1f} + {f['b']:.4g} r, R2 {f['r_square
 r_test = series("test", f["resource"])
 ok = abs(st.mean(r_test) - p["test"]["mean"]) <= 1e-9 * abs(p["test"]["mean"]) and \
      abs(f["a"] + f["b"] * p["test"]["mean"] - p["x_predicted"]) <= 1e-9 * abs(p["x_predicted"])
-print(f"oracle checks (r' = mean of the test run's samples; x-hat = a + b r'): {'ok' if ok else 'FAILED'}")
+print(f"oracle checks (r' = mean of the test run's full windows; x-hat = a + b r'): {'ok' if ok else 'FAILED'}")
 PY
 cat "$OUT/predict.txt"
 echo "results in $OUT"
