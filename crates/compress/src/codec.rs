@@ -63,7 +63,8 @@ impl CodecId {
     pub const DEFLATE: CodecId = CodecId(10);
     /// `zstd-1-stream`: zstd at level 1 with a stream-long context (wire version 3).
     pub const ZSTD1_STREAM: CodecId = CodecId(11);
-    /// `zstd-3-stream`: zstd at level 3 with a stream-long context (wire version 3).
+    /// `zstd-3-stream`: zstd at level 3 with a stream-long context and an
+    /// 8 MiB window (wire version 3).
     pub const ZSTD3_STREAM: CodecId = CodecId(12);
 }
 
@@ -772,11 +773,10 @@ impl Registry {
                     "zstd-1-stream",
                     1,
                 )),
-                Arc::new(crate::history::ZstdStreamCodec::new(
-                    CodecId::ZSTD3_STREAM,
-                    "zstd-3-stream",
-                    3,
-                )),
+                Arc::new(
+                    crate::history::ZstdStreamCodec::new(CodecId::ZSTD3_STREAM, "zstd-3-stream", 3)
+                        .with_window_log(crate::history::WIDE_STREAM_WINDOW_LOG),
+                ),
             ];
             for c in streams {
                 r.register(c)

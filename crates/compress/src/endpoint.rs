@@ -360,8 +360,9 @@ const CPU_TIMED_BYTES: usize = 4096;
 /// Longest piece of a message that a sample compresses.
 const MAX_SAMPLE_BYTES: usize = 64 * 1024;
 /// History a stream codec's sample is primed with: the last 64 KiB sent.
-/// (The stream's own context holds up to 512 KiB; 64 KiB is most of the gain
-/// on text, and priming costs about as much as the sample.)
+/// (The stream's own context holds 512 KiB or 8 MiB; 64 KiB is most of the
+/// gain on generated text, though not on data that repeats from far back,
+/// and priming costs about as much as the sample.)
 const HISTORY_BYTES: usize = 64 * 1024;
 /// Probes sent one per message after a link change, like the first ones.
 const REPROBES: u32 = 6;

@@ -26,12 +26,23 @@ use crate::codec::{Codec, CodecId, ZstdCodec};
 #[cfg(feature = "zstd")]
 use zstd::zstd_safe::{self, zstd_sys, CCtx, CParameter, DCtx, DParameter, InBuffer, OutBuffer};
 
-/// The window of the sending context: 512 KiB of history (what `zstd -1`
-/// uses for a stream of unknown size). On the generated text of the relay
-/// comparison a 2 MiB window compressed no better (29.9 % at level 3 either
-/// way) and cost 7 % (level 1) and 40 % (level 3) more CPU time in one
-/// measurement on a busy machine, as well as four times the memory per stream.
+/// The window of `zstd-1-stream`'s sending context: 512 KiB of history
+/// (what `zstd -1` uses for a stream of unknown size). On the generated text
+/// of the relay comparison a 2 MiB window compressed no better (29.9 % at
+/// level 3 either way) and cost 7 % (level 1) and 40 % (level 3) more CPU
+/// time in one measurement on a busy machine, as well as four times the
+/// memory per stream.
 pub const STREAM_WINDOW_LOG: u32 = 19;
+
+/// The window of `zstd-3-stream`'s sending context: 8 MiB, the most a
+/// receiver accepts ([`MAX_STREAM_WINDOW_LOG`]). Real streams repeat
+/// themselves from far back (a tar of `/usr/share/doc` holds the same
+/// licence text hundreds of times): on 32 MB of it zstd level 3 put 23.4 MB
+/// out with a 512 KiB window and 20.2 MB with 8 MiB, less than `zstd
+/// --adapt` (21.2 MB at 10 Mbit/s); level 1 gained nothing from the larger
+/// window (docs/compression.md). It costs 8 MiB of memory per stream at
+/// each end, where the codec is used.
+pub const WIDE_STREAM_WINDOW_LOG: u32 = MAX_STREAM_WINDOW_LOG;
 
 /// The largest window a receiving context accepts: 8 MiB. A zstd frame
 /// whose header declares a larger window is refused.
@@ -81,7 +92,8 @@ fn compress_failed(codec: &'static str, detail: impl std::fmt::Display) -> Codec
 }
 
 /// zstd at a fixed level whose context spans the stream: a message is
-/// compressed against the last 512 KiB ([`STREAM_WINDOW_LOG`]) of the
+/// compressed against the last 2^`window_log` bytes ([`STREAM_WINDOW_LOG`]
+/// unless [`ZstdStreamCodec::with_window_log`] says otherwise) of the
 /// messages sent before it with this codec.
 ///
 /// Outside a stream ([`Codec::compress`] and [`Codec::decompress`]: the
@@ -92,18 +104,33 @@ pub struct ZstdStreamCodec {
     single: ZstdCodec,
     name: &'static str,
     level: i32,
+    window_log: u32,
 }
 
 #[cfg(feature = "zstd")]
 impl ZstdStreamCodec {
-    /// zstd at compression `level` with a stream-long context, registered as
-    /// `id` and `name`.
+    /// zstd at compression `level` with a stream-long context of
+    /// [`STREAM_WINDOW_LOG`], registered as `id` and `name`.
     pub fn new(id: CodecId, name: &'static str, level: i32) -> Self {
         ZstdStreamCodec {
             single: ZstdCodec::new(id, name, level),
             name,
             level,
+            window_log: STREAM_WINDOW_LOG,
         }
+    }
+
+    /// The same codec with a sending window of 2^`window_log` bytes, at most
+    /// [`MAX_STREAM_WINDOW_LOG`] (what every receiver accepts) and at least
+    /// zstd's minimum of 2^10.
+    pub fn with_window_log(mut self, window_log: u32) -> Self {
+        self.window_log = window_log.clamp(10, MAX_STREAM_WINDOW_LOG);
+        self
+    }
+
+    /// The sending window's log2.
+    pub fn window_log(&self) -> u32 {
+        self.window_log
     }
 }
 
@@ -136,6 +163,7 @@ impl Codec for ZstdStreamCodec {
         Some(Box::new(ZstdStreamEncoder {
             cctx: None,
             level: self.level,
+            window_log: self.window_log,
             name: self.name,
         }))
     }
@@ -154,6 +182,7 @@ impl Codec for ZstdStreamCodec {
 struct ZstdStreamEncoder {
     cctx: Option<CCtx<'static>>,
     level: i32,
+    window_log: u32,
     name: &'static str,
 }
 
@@ -167,7 +196,7 @@ impl ZstdStreamEncoder {
             let e = |code| compress_failed(self.name, zstd_safe::get_error_name(code));
             c.set_parameter(CParameter::CompressionLevel(self.level))
                 .map_err(e)?;
-            c.set_parameter(CParameter::WindowLog(STREAM_WINDOW_LOG))
+            c.set_parameter(CParameter::WindowLog(self.window_log))
                 .map_err(e)?;
             c.set_parameter(CParameter::ChecksumFlag(false))
                 .map_err(e)?;

@@ -607,3 +607,54 @@ fn samples_of_a_stream_codec_are_primed_with_the_history() {
     );
     assert!(s < p, "stream {s} single {p}");
 }
+
+/// Bytes that do not compress: an xorshift stream.
+fn noise(n: usize, seed: u64) -> Vec<u8> {
+    let mut x = seed | 1;
+    (0..n)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
+#[test]
+fn zstd_3_stream_finds_repeats_8_mib_back_and_zstd_1_stream_within_512_kib() {
+    // 1 MiB of noise, 2 MiB of other noise, then the first MiB again, in
+    // 256 KiB messages: the repeat lies 3 MiB back, inside 8 MiB, outside
+    // 512 KiB.
+    let first = noise(1 << 20, 7);
+    let mut stream = first.clone();
+    stream.extend(noise(2 << 20, 11));
+    stream.extend(&first);
+    let msgs: Vec<&[u8]> = stream.chunks(256 << 10).collect();
+    let reg = Registry::standard_with_streams();
+    let repeat_bytes = |id: CodecId| -> usize {
+        let codec = reg.get(id).unwrap();
+        let mut enc = codec.stream_encoder().unwrap();
+        let mut dec = codec.stream_decoder().unwrap();
+        let mut sizes = Vec::new();
+        for (i, m) in msgs.iter().enumerate() {
+            let mut out = Vec::new();
+            enc.compress(m, i == 0, &mut out).unwrap();
+            let mut back = Vec::new();
+            dec.decompress(&out, i == 0, m.len(), &mut back).unwrap();
+            assert!(back == *m, "{}: message {i} changed", codec.name());
+            sizes.push(out.len());
+        }
+        sizes[12..].iter().sum()
+    };
+    let wide = repeat_bytes(CodecId::ZSTD3_STREAM);
+    let narrow = repeat_bytes(CodecId::ZSTD1_STREAM);
+    assert!(
+        wide < 16 << 10,
+        "zstd-3-stream: {wide} bytes for the repeated MiB"
+    );
+    assert!(
+        narrow > 1 << 20,
+        "zstd-1-stream: {narrow} bytes for the repeated MiB"
+    );
+}
