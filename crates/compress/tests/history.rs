@@ -608,17 +608,10 @@ fn samples_of_a_stream_codec_are_primed_with_the_history() {
     assert!(s < p, "stream {s} single {p}");
 }
 
-/// Bytes that do not compress: an xorshift stream.
+/// Bytes that do not compress (the random data set), `n` bytes.
 fn noise(n: usize, seed: u64) -> Vec<u8> {
-    let mut x = seed | 1;
-    (0..n)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
+    hwqos_compress::datasets::MessageSource::new(hwqos_compress::datasets::DataSet::Random, n, seed)
+        .next_message()
 }
 
 #[test]
