@@ -206,7 +206,8 @@ struct SpinRun {
     late_from: usize,
     /// The scheduler's run time of the child over the enforced window, ns.
     oracle_ns: u64,
-    /// The backend's counts over the same window (every period since enforce).
+    /// The backend's counts over the same window (from the moment every
+    /// counter was armed).
     counted_ns: u64,
 }
 
@@ -224,8 +225,12 @@ fn spin_run(scope: QuotaScope, route: OverflowRoute, periods: usize) -> SpinRun 
         events: vec![task_clock(QUOTA_NS)],
         scope,
     };
-    let start_ns = run_time_ns(pid);
     b.enforce(pid, &quotas).unwrap();
+    // The oracle's window starts once every counter is armed: enforce opens
+    // them thread by thread while the spinners run, uncounted (on a loaded
+    // VM tens of ms of CPU, which once made the oracle 4 % above the count).
+    let start_counted = b.stats(pid).unwrap().events[0].total;
+    let start_ns = run_time_ns(pid);
     let late_at = periods / 4;
     wait_for("periods before the late thread", || {
         b.history(pid).len() >= late_at
@@ -240,7 +245,7 @@ fn spin_run(scope: QuotaScope, route: OverflowRoute, periods: usize) -> SpinRun 
     let end = periods.max(late_from + periods * 3 / 4);
     wait_for("the periods", || b.history(pid).len() > end);
     let history: Vec<PeriodUsage> = b.history(pid);
-    let counted_ns = b.stats(pid).unwrap().events[0].total;
+    let counted_ns = b.stats(pid).unwrap().events[0].total - start_counted;
     let oracle_ns = run_time_ns(pid) - start_ns;
     release_and_check(b, child);
     let used: Vec<u64> = history[1..].iter().map(|p| p.used[0]).collect();
@@ -276,16 +281,17 @@ fn median(v: &[u64]) -> u64 {
 /// one of them started after enforcement began, to the quota.
 ///
 /// Asserted, over at least 120 periods (the first, partial one left out),
-/// 90 or more of them with the late thread: the median
-/// of |sum − quota| / quota ≤ 2 % and its 75th percentile ≤ 5 %, both over
-/// all periods and over those with the late thread (the 90th percentile and
-/// the maximum are printed: on this loaded 2-core VM a few periods in ten
-/// run past the quota, see docs/sra.md); the scheduler's run
+/// 90 or more of them with the late thread: the sum within 2 % of the quota
+/// (|sum − quota| / quota ≤ 0.02) in at least 98 % of the periods. Before
+/// the fixes described in docs/sra.md about one period in ten was outside
+/// (up to 90 × the quota); now most runs have none, and the exceptions are
+/// single periods where interrupt work charged to one thread (softirqs run
+/// on top of whatever thread is current) delayed both its stop and the
+/// agent woken on its CPU. Also asserted: the scheduler's run
 /// time of the child (schedstat, independent of perf) within 2 % of the
 /// backend's count over the same window (an uncounted thread would add a
 /// quarter); and the released child runs again, not stopped.
 #[test]
-#[ignore = "process scope's unexplained overshooting periods (docs/sra.md) fail it in about one run of three on a 2-core VM (a 528 ms period against 10 ms; schedstat 3 % above the count); run with --ignored"]
 fn process_scope_holds_four_threads_to_the_quota() {
     if std::env::var_os(CHILD_ENV).is_some() {
         return;
@@ -294,33 +300,31 @@ fn process_scope_holds_four_threads_to_the_quota() {
     let r = spin_run(QuotaScope::Process, OverflowRoute::Direct, 120);
     let all = errors(&r.used, QUOTA_NS);
     let late = errors(&r.used[r.late_from..], QUOTA_NS);
-    let max = *r.used.iter().max().unwrap();
+    let (min, max) = (*r.used.iter().min().unwrap(), *r.used.iter().max().unwrap());
     eprintln!(
-        "process scope, direct route: {} periods (late thread from {}), |sum-quota|/quota median {:.3} % p75 {:.3} % p90 {:.3} % max {:.3} %; with the late thread median {:.3} % p90 {:.3} %; largest period {max} ns (quota {QUOTA_NS}); schedstat {} ns vs counted {} ns",
+        "process scope, direct route: {} periods (late thread from {}), |sum-quota|/quota median {:.3} % p90 {:.3} % max {:.3} %; with the late thread median {:.3} % max {:.3} %; periods {min}..={max} ns (quota {QUOTA_NS}); schedstat {} ns vs counted {} ns",
         r.used.len(),
         r.late_from,
         100.0 * quantile(&all, 0.5),
-        100.0 * quantile(&all, 0.75),
         100.0 * quantile(&all, 0.9),
         100.0 * all.last().unwrap(),
         100.0 * quantile(&late, 0.5),
-        100.0 * quantile(&late, 0.9),
+        100.0 * late.last().unwrap(),
         r.oracle_ns,
         r.counted_ns,
     );
     assert!(r.used.len() - r.late_from >= 90, "{}", r.late_from);
-    for (what, e) in [("all periods", &all), ("with the late thread", &late)] {
-        assert!(
-            quantile(e, 0.5) <= 0.02,
-            "{what}: median {}",
-            quantile(e, 0.5)
-        );
-        assert!(
-            quantile(e, 0.75) <= 0.05,
-            "{what}: p75 {}",
-            quantile(e, 0.75)
-        );
-    }
+    let outside: Vec<(usize, u64)> = r
+        .used
+        .iter()
+        .copied()
+        .enumerate()
+        .filter(|(_, u)| u.abs_diff(QUOTA_NS) * 50 > QUOTA_NS)
+        .collect();
+    assert!(
+        outside.len() * 50 <= r.used.len(),
+        "more than 2 % of the periods outside quota ± 2 % (index, ns): {outside:?}"
+    );
     let ratio = r.oracle_ns as f64 / r.counted_ns as f64;
     assert!(
         (0.98..=1.02).contains(&ratio),
@@ -363,7 +367,7 @@ fn thread_scope_lets_the_sum_reach_threads_times_quota() {
 /// uncounted) and the median period stays below 1.5 × quota, far from the
 /// 4 × the thread scope allows; the quantiles are printed.
 #[test]
-#[ignore = "process scope's overshooting periods (docs/sra.md): the median period reached 1.56 x quota in one run of four on a 2-core VM; run with --ignored"]
+#[ignore = "the agent route's overshoot is the agent's wake-up latency times the event rate: on a loaded 2-core VM whole runs go bad (median period up to 1.6 x quota, before and after the direct-route fixes of docs/sra.md); run with --ignored"]
 fn process_scope_on_the_agent_route() {
     if std::env::var_os(CHILD_ENV).is_some() {
         return;

@@ -28,14 +28,16 @@
 //!   thread, at most `threads × quota` in the worst case.
 //! - [`QuotaScope::Process`]: the sum over the threads. What
 //!   is left of the period's allowance is split among the live threads'
-//!   counters by weight (see `split`, shares summing to at most what is
-//!   left). When one share runs out the agent is signalled: it rescans the
-//!   thread list, reads every counter and re-splits the rest with
-//!   `PERF_EVENT_IOC_PERIOD` and no reset (counts stay exact), or throttles
-//!   when fewer events than threads are left. On the direct route each
-//!   counter still stops its thread in the kernel at the end of its share,
-//!   and a second counter per thread and event (`notify`, armed first, so it
-//!   never overflows later) signals the agent, which continues the process
+//!   counters by weight (see `split`, each share at least `min_share`, the
+//!   shares summing to at most what is left). When one share runs out the
+//!   agent is signalled: it rescans the thread list, reads every counter
+//!   and re-splits the rest with `PERF_EVENT_IOC_PERIOD` and no reset
+//!   (counts stay exact), or throttles when less than threads × the minimum
+//!   share is left, and then `park`s every counter so none overflows again
+//!   that period. On the direct route each counter still stops its thread
+//!   in the kernel at the end of its share, and a second counter per thread
+//!   and event (`notify`, opened and armed first, so it never overflows
+//!   later) signals the agent, which continues the process
 //!   after the re-split: the agent's latency costs the process run time,
 //!   never quota. On the agent route there is one counter, signalling the
 //!   agent, and the agent throttles as soon as what is left is no more than
@@ -159,8 +161,9 @@ struct Counter {
     last: u64,
     /// Process scope on the direct route: a second counter of the same
     /// event and budget whose overflow signals the agent (to re-split),
-    /// while `quota`'s overflow stops the thread in the kernel. Armed before
-    /// `quota`, so it never overflows after it.
+    /// while `quota`'s overflow stops the thread in the kernel. Opened and
+    /// armed before `quota`, so it never overflows after it (see
+    /// `open_thread`).
     notify: Option<OwnedFd>,
 }
 
@@ -572,6 +575,7 @@ impl QuotaBackend for UserspaceBackend {
                 }
             } else if let Some(idx) = process_round(task, opts, pools) {
                 throttle_now(task, opts, idx, monotonic_ns(), stop_latency, errors);
+                park(task);
             } else if opts.route == OverflowRoute::Direct {
                 thaw(task, opts);
             }
@@ -625,16 +629,28 @@ fn sync_threads(
     Some(added)
 }
 
-/// Splits `remaining` events among threads by weight, each share at least 1
-/// and the shares summing to at most `remaining` when `remaining` ≥ the
-/// number of threads.
-fn split(remaining: u64, weights: &[u64]) -> Vec<u64> {
+/// The smallest share a process-scope split gives a thread: 1/512 of the
+/// period's allowance (at least 1, and small enough that every thread gets
+/// one). A used-up share overflows again every `share` events (every
+/// `max(share, 10 µs)` for the clock events); far below the cost of one
+/// overflow (interrupt, irq_work, two signals: about 10 µs on this VM) a
+/// thread inside the kernel never gets back to user space to stop (see
+/// [`park`]). The price: a period ends up to `threads × min_share` short of
+/// its allowance (the split stops when less than that is left).
+fn min_share(allowance: u64, threads: u64) -> u64 {
+    (allowance / 512).min(allowance / threads.max(1)).max(1)
+}
+
+/// Splits `remaining` events among threads by weight, each share at least
+/// `min` and the shares summing to at most `remaining` when `remaining` ≥
+/// `min` × the number of threads.
+fn split(remaining: u64, weights: &[u64], min: u64) -> Vec<u64> {
     let n = weights.len() as u64;
     let total: u128 = weights.iter().map(|w| *w as u128).sum::<u128>().max(1);
-    let spare = remaining.saturating_sub(n) as u128;
+    let spare = remaining.saturating_sub(n.saturating_mul(min)) as u128;
     weights
         .iter()
-        .map(|w| 1 + (spare * *w as u128 / total) as u64)
+        .map(|w| min + (spare * *w as u128 / total) as u64)
         .collect()
 }
 
@@ -661,7 +677,8 @@ fn arm_process(task: &mut Task) -> Result<(), SchedError> {
                 .map(|tc| (0, tc.counters[i].last))
                 .collect::<Vec<_>>(),
         );
-        let shares = split(task.allowance[i], &w);
+        let n = task.threads.len() as u64;
+        let shares = split(task.allowance[i], &w, min_share(task.allowance[i], n));
         for (tc, share) in task.threads.values_mut().zip(shares) {
             tc.counters[i].arm(share)?;
         }
@@ -722,13 +739,14 @@ fn process_round(
                 remaining += chunk;
             }
         }
-        if remaining < n || (!direct && remaining <= task.late[i]) {
+        let min = min_share(task.allowance[i], n);
+        if remaining < n * min || (!direct && remaining <= task.late[i]) {
             return Some(i);
         }
-        plans.push((counts, remaining));
+        plans.push((counts, remaining, min));
     }
-    for (i, (counts, remaining)) in plans.into_iter().enumerate() {
-        let shares = split(remaining, &weights(&counts));
+    for (i, (counts, remaining, min)) in plans.into_iter().enumerate() {
+        let shares = split(remaining, &weights(&counts), min);
         for ((tc, share), (count, _)) in task.threads.values_mut().zip(shares).zip(counts) {
             if let Err(e) = tc.counters[i].extend(count, share) {
                 tracing::warn!(pid = task.pid, error = %e, "cannot re-split a quota counter");
@@ -736,6 +754,33 @@ fn process_round(
         }
     }
     None
+}
+
+/// Process scope, once the process is throttled: every counter (and
+/// notifier) gets a whole allowance before its next overflow, counting on
+/// without a reset, so none overflows again this period.
+///
+/// A used-up share keeps overflowing every `share` events (for the clock
+/// events every `max(share, 10 µs)` of run time, an hrtimer). The last
+/// shares of a period are tiny; a thread that is inside the kernel when its
+/// share runs out (an idle thread woken by the group stop or the agent's
+/// `SIGCONT`, still in the scheduler) sees no return to user space between
+/// those overflows on a VM where each one (hrtimer interrupt, irq_work,
+/// `SIGSTOP` to itself, a real-time signal to the agent) costs about as long
+/// as the period: it never reaches the `SIGSTOP`, runs on, counted, until the
+/// period's renewal re-arms it (up to 100 ms of one thread against a 10 ms
+/// quota, thousands of signals to the agent; docs/sra.md). Re-armed here,
+/// it leaves the kernel and stops.
+fn park(task: &mut Task) {
+    for (i, a) in task.allowance.iter().enumerate() {
+        for tc in task.threads.values_mut() {
+            let c = &mut tc.counters[i];
+            let count = crate::counter::read(&c.quota).unwrap_or(c.armed);
+            if let Err(e) = c.extend(count, (*a).max(1)) {
+                tracing::warn!(pid = task.pid, error = %e, "cannot park a quota counter");
+            }
+        }
+    }
 }
 
 /// Throttles `task` now on behalf of event `idx` and records it.
@@ -927,7 +972,14 @@ fn open_thread(
     let direct = opts.route == OverflowRoute::Direct;
     let rt = libc::SIGRTMIN() + opts.rt_signal_offset;
     for q in events {
-        let quota = crate::counter::open(tid, &q.name, &q.attr, Some(q.quota))?;
+        // The notifier is opened first: the kernel schedules a thread's
+        // events in the order they were created, so when both start from
+        // the same count (re-armed while the thread was stopped) the
+        // notifier starts first and overflows no later than the counter that
+        // stops the thread. Opened the other way round, the stop came first
+        // and the thread was switched out before the notifier's period ran
+        // out: no signal to the agent, the process stopped for the rest of
+        // the period (docs/sra.md).
         let notify = if direct && scope == QuotaScope::Process {
             let n = crate::counter::open(tid, &q.name, &q.attr, Some(q.quota))?;
             route_signal(n.as_raw_fd(), overflow_tid, rt)?;
@@ -935,6 +987,7 @@ fn open_thread(
         } else {
             None
         };
+        let quota = crate::counter::open(tid, &q.name, &q.attr, Some(q.quota))?;
         if direct {
             route_signal(quota.as_raw_fd(), tid as i32, libc::SIGSTOP)?;
         } else {
@@ -1004,13 +1057,16 @@ pub fn arm(fd: &OwnedFd, budget: u64) -> Result<(), SchedError> {
 }
 
 /// Lets a counter overflow again after `more` events without resetting its
-/// count (lending): disabled, the period set while disabled, enabled.
+/// count (lending, process-scope rounds): the period set (on a counting
+/// event the kernel stops it, updates the count, restarts the period from
+/// zero and starts it again, with no window in which the thread runs
+/// uncounted), then enabled (a counter opened on a new thread is still
+/// disabled; for the others a no-op).
 fn extend(fd: &OwnedFd, more: u64) -> Result<(), SchedError> {
     let fd = fd.as_raw_fd();
     let mut period = more.max(1);
     // SAFETY: perf ioctls on an fd we own; PERIOD reads the u64 we pass.
     unsafe {
-        sys::ioctls::DISABLE(fd, 0);
         if sys::ioctls::PERIOD(fd, &mut period as *mut u64 as u64) != 0 {
             return Err(SchedError::last_os("PERF_EVENT_IOC_PERIOD"));
         }
@@ -1112,7 +1168,10 @@ fn on_overflow(st: &mut State, opts: &UserspaceOptions, owner: i32, fd: RawFd, g
         // overflow a few events before the counter that stops.)
         sync_threads(task, by_fd, opts, owner);
         match process_round(task, opts, pools) {
-            Some(i) => throttle_now(task, opts, i, got_ns, stop_latency, errors),
+            Some(i) => {
+                throttle_now(task, opts, i, got_ns, stop_latency, errors);
+                park(task);
+            }
             // Direct route: the share's end stopped the process in the
             // kernel (or is about to); the counters are re-armed, so this
             // SIGCONT comes after any such stop.
@@ -1292,7 +1351,7 @@ fn renew_due(st: &mut State, opts: &UserspaceOptions, owner: i32) {
         let exhausted: Vec<bool> = if process {
             used.iter()
                 .zip(&task.allowance)
-                .map(|(u, a)| u + threads > *a)
+                .map(|(u, a)| u + threads * min_share(*a, threads) > *a)
                 .collect()
         } else {
             used.iter()
