@@ -110,7 +110,8 @@ pub struct ApplyArgs {
     /// Stop after this many seconds (default: until SIGTERM/SIGINT).
     #[arg(long)]
     pub duration_s: Option<f64>,
-    /// Write per-period usage of every enforced process (JSON lines) here on exit.
+    /// Write per-period usage of every enforced process here on exit, one JSON
+    /// line per period: pid, period, used (per quota event), throttled, length_ns.
     #[arg(long)]
     pub history_out: Option<PathBuf>,
     /// Apply what can apply even when some entries cannot (an unknown event,

@@ -51,13 +51,13 @@ fn agent_options(e: &EnforceArgs) -> anyhow::Result<AgentOptions> {
 }
 
 /// The per-period usage of every enforced process as JSON lines
-/// (`{"pid","period","used","throttled"}`), for `apply --history-out`.
+/// (`{"pid","period","used","throttled","length_ns"}`), for `apply --history-out`.
 pub fn history_jsonl(agent: &Agent) -> String {
     let mut out = String::new();
     for (pid, h) in agent.histories() {
         for p in h {
             out.push_str(
-                &serde_json::json!({"pid": pid, "period": p.period, "used": p.used, "throttled": p.throttled})
+                &serde_json::json!({"pid": pid, "period": p.period, "used": p.used, "throttled": p.throttled, "length_ns": p.length_ns})
                     .to_string(),
             );
             out.push('\n');

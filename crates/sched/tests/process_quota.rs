@@ -245,6 +245,16 @@ fn spin_run(scope: QuotaScope, route: OverflowRoute, periods: usize) -> SpinRun 
     let end = periods.max(late_from + periods * 3 / 4);
     wait_for("the periods", || b.history(pid).len() > end);
     let history: Vec<PeriodUsage> = b.history(pid);
+    // Each period lasts from renewal to renewal; on the deadline grid a
+    // late renewal lengthens one period and shortens the next, so the
+    // lengths average the configured period (a missed deadline adds one).
+    let lengths: Vec<u64> = history[1..].iter().map(|p| p.length_ns).collect();
+    assert!(lengths.iter().all(|&l| l > 0), "period lengths {lengths:?}");
+    let mean = lengths.iter().sum::<u64>() as f64 / lengths.len() as f64;
+    assert!(
+        (mean / PERIOD.as_nanos() as f64 - 1.0).abs() < 0.05,
+        "mean period length {mean} ns against {PERIOD:?}: {lengths:?}"
+    );
     let counted_ns = b.stats(pid).unwrap().events[0].total - start_counted;
     let oracle_ns = run_time_ns(pid) - start_ns;
     release_and_check(b, child);

@@ -166,6 +166,13 @@ pub struct PeriodUsage {
     pub used: Vec<u64>,
     /// Whether the process was throttled in this period.
     pub throttled: bool,
+    /// How long the period lasted, ns: from the renewal that began it to the
+    /// one that ended it. A renewal that comes late lengthens its period
+    /// and, the deadlines staying on their grid, shortens the next one, in
+    /// which the process may not have had the time to use its quota.
+    /// 0 where not measured.
+    #[serde(default)]
+    pub length_ns: u64,
 }
 
 /// Statistics of one enforced process (the same keys the kernel class

@@ -208,6 +208,8 @@ struct Task {
     /// (the agent's wake-up latency times the event rate).
     late: Vec<u64>,
     next_deadline_ns: u64,
+    /// When the current period began (the last renewal, or the start).
+    period_started_ns: u64,
     throttled_since_ns: Option<u64>,
     throttled_this_period: bool,
     cgroup: Option<PathBuf>,
@@ -417,6 +419,7 @@ impl QuotaBackend for UserspaceBackend {
             allowance: quotas.events.iter().map(|e| e.quota).collect(),
             late: vec![0; quotas.events.len()],
             next_deadline_ns: 0,
+            period_started_ns: 0,
             throttled_since_ns: None,
             throttled_this_period: false,
             cgroup,
@@ -448,6 +451,7 @@ impl QuotaBackend for UserspaceBackend {
             return Err(SchedError::Vanished { pid });
         }
         let period_ns = quotas.period.as_nanos() as u64;
+        task.period_started_ns = monotonic_ns();
         task.next_deadline_ns = if opts.lending {
             // On the common grid, so processes sharing a pool renew together.
             (monotonic_ns() / period_ns + 1) * period_ns
@@ -1410,7 +1414,9 @@ fn renew_due(st: &mut State, opts: &UserspaceOptions, owner: i32) {
             period: task.stats.nr_periods,
             used,
             throttled,
+            length_ns: now.saturating_sub(task.period_started_ns),
         });
+        task.period_started_ns = now;
         task.stats.nr_periods += 1;
         task.throttled_this_period = false;
         let mut next = task.next_deadline_ns + period_ns;
