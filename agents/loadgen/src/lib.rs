@@ -1103,11 +1103,7 @@ fn run_gate(
                 c.effect_pct.0,
                 c.effect_pct.1,
                 c.effect_pct.2,
-                match c.verdict {
-                    gate::Verdict::Regression => "regression",
-                    gate::Verdict::Improvement => "improvement",
-                    gate::Verdict::NoChange => "no significant change",
-                }
+                c.verdict.name()
             );
         }
         for c in &report.conditions {
@@ -1185,11 +1181,7 @@ fn render_gate_svg(report: &gate::GateReport, path: &Path) -> anyhow::Result<()>
         )?;
         let panels = body.split_evenly((1, report.conditions.len().max(1)));
         for (area, c) in panels.iter().zip(&report.conditions) {
-            let verdict = match c.verdict {
-                gate::Verdict::Regression => "regression",
-                gate::Verdict::Improvement => "improvement",
-                gate::Verdict::NoChange => "no significant change",
-            };
+            let verdict = c.verdict.name();
             let mut chart = ChartBuilder::on(area)
                 .caption(
                     format!(

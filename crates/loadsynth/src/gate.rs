@@ -263,6 +263,17 @@ pub enum Verdict {
     NoChange,
 }
 
+impl Verdict {
+    /// `regression`, `improvement` or `no significant change`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Verdict::Regression => "regression",
+            Verdict::Improvement => "improvement",
+            Verdict::NoChange => "no significant change",
+        }
+    }
+}
+
 /// One condition's result.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ConditionReport {
