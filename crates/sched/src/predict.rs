@@ -138,13 +138,7 @@ impl Dropped {
 ///    A scope without counter samples (an `app.*` metric alone, `system`
 ///    without counters) is judged by rule 1 only.
 pub fn full_windows(frames: &[Frame], scope: &str) -> Vec<Option<Partial>> {
-    let mut intervals: Vec<u64> = frames
-        .iter()
-        .map(|f| f.interval_ns)
-        .filter(|&i| i > 0)
-        .collect();
-    intervals.sort_unstable();
-    let nominal = intervals.get(intervals.len() / 2).copied().unwrap_or(0) as f64;
+    let nominal = median_interval(frames).unwrap_or(0) as f64;
     let mut last_ran: Option<usize> = None;
     for (i, f) in frames.iter().enumerate() {
         let ran = f
@@ -526,8 +520,14 @@ fn labels(frames: &[Frame]) -> BTreeMap<String, String> {
     out
 }
 
+/// The recording's nominal interval: the median of its frames' positive
+/// `interval_ns` (the first frame's 0 is no interval).
 fn median_interval(frames: &[Frame]) -> Option<u64> {
-    let mut v: Vec<u64> = frames.iter().map(|f| f.interval_ns).collect();
+    let mut v: Vec<u64> = frames
+        .iter()
+        .map(|f| f.interval_ns)
+        .filter(|&i| i > 0)
+        .collect();
     v.sort_unstable();
     v.get(v.len() / 2).copied()
 }
