@@ -578,8 +578,7 @@ impl QuotaBackend for UserspaceBackend {
                     }
                 }
             } else if let Some(idx) = process_round(task, opts, pools) {
-                throttle_now(task, opts, idx, monotonic_ns(), stop_latency, errors);
-                park(task);
+                throttle_process(task, opts, idx, monotonic_ns(), stop_latency, errors);
             } else if opts.route == OverflowRoute::Direct {
                 thaw(task, opts);
             }
@@ -788,6 +787,20 @@ fn park(task: &mut Task) {
 }
 
 /// Throttles `task` now on behalf of event `idx` and records it.
+/// Process scope: [`throttle_now`], then [`park`] every counter, so none
+/// overflows again before the period renews.
+fn throttle_process(
+    task: &mut Task,
+    opts: &UserspaceOptions,
+    idx: usize,
+    got_ns: u64,
+    stop_latency: &mut LatencyHistogram,
+    errors: &mut u64,
+) {
+    throttle_now(task, opts, idx, got_ns, stop_latency, errors);
+    park(task);
+}
+
 fn throttle_now(
     task: &mut Task,
     opts: &UserspaceOptions,
@@ -1172,10 +1185,7 @@ fn on_overflow(st: &mut State, opts: &UserspaceOptions, owner: i32, fd: RawFd, g
         // overflow a few events before the counter that stops.)
         sync_threads(task, by_fd, opts, owner);
         match process_round(task, opts, pools) {
-            Some(i) => {
-                throttle_now(task, opts, i, got_ns, stop_latency, errors);
-                park(task);
-            }
+            Some(i) => throttle_process(task, opts, i, got_ns, stop_latency, errors),
             // Direct route: the share's end stopped the process in the
             // kernel (or is about to); the counters are re-armed, so this
             // SIGCONT comes after any such stop.
