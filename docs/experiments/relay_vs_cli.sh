@@ -10,10 +10,15 @@
 #       [--reps 3] [--size-mb 48] [--tools "raw zstd-adapt zstd-1 lz4 relay"]
 #       [--relay NAME=BINARY]... [--relay-opt 'KEY = VALUE']...
 #       [--relay-policy NAME=POLICY]... [--out FILE] [--check FACTOR]
+#       [--codecs FILE]
 #
 # --check FACTOR: exit 1 when some relay's median is more than FACTOR times
 # zstd --adapt's median on some link and payload (scripts/relay-vs-zstd.sh,
 # the test suite's short version, uses 1.15).
+# --codecs FILE: after each relay run, append the compressing relay's
+# messages per codec, samples, throttled messages and bytes (its /metrics)
+# to FILE; with RELAY_RUST_LOG set, the compressing relay runs with that
+# RUST_LOG and its log is kept beside FILE.
 #
 # Tools: raw (socat), zstd-adapt (zstd --adapt), zstd-1, zstd-3, lz4 (CLI
 # streams piped through socat), relay (every --relay binary; default
@@ -37,6 +42,7 @@ RELAY_OPTS=()
 RELAY_POLICIES=()
 OUT=""
 CHECK=""
+CODECS=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --rates) RATES="$2"; shift 2 ;;
@@ -49,6 +55,7 @@ while [ $# -gt 0 ]; do
     --relay-policy) RELAY_POLICIES+=("$2"); shift 2 ;;
     --out) OUT="$2"; shift 2 ;;
     --check) CHECK="$2"; shift 2 ;;
+    --codecs) CODECS="$2"; shift 2 ;;
     *) echo "unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -120,11 +127,11 @@ wait_free() { # ns port: the previous run's listener is gone
   echo "port $2 in $1 still taken" >&2; return 1
 }
 
-relay_conf() { # mode listen connect file [extra line]
+relay_conf() { # mode listen connect file [extra line] [metrics listen]
   {
     [ -z "${5:-}" ] || echo "$5"
     echo "mode = \"$1\""; echo "listen = \"$2\""; echo "connect = \"$3\""
-    echo "[metrics]"; echo "listen = \"\""
+    echo "[metrics]"; echo "listen = \"${6:-}\""
   } > "$4"
   local o
   for o in "${RELAY_OPTS[@]+"${RELAY_OPTS[@]}"}"; do sed -i "1i $o" "$4"; done
@@ -153,7 +160,9 @@ run_tool() { # tool file
     relay:*)
       local name=${tool#relay:} pa pb
       local bin=${relay_bin[$name]} extra=${relay_extra[$name]}
-      relay_conf compress 127.0.0.1:7400 10.77.0.2:7401 "$W/a.toml" "$extra"
+      local metrics=""
+      [ -z "$CODECS" ] || metrics=127.0.0.1:9477
+      relay_conf compress 127.0.0.1:7400 10.77.0.2:7401 "$W/a.toml" "$extra" "$metrics"
       relay_conf decompress 10.77.0.2:7401 127.0.0.1:$port "$W/b.toml" "$extra"
       # Newer relays refuse non-loopback listens unless allowed.
       if ! "$bin" --config "$W/b.toml" --check-config >/dev/null 2>&1; then
@@ -166,7 +175,7 @@ run_tool() { # tool file
       # Not through A/B: $! must be the relay (ip netns exec execs it), not
       # a subshell whose death leaves the relay listening.
       ip netns exec "$NB" "$bin" --config "$W/b.toml" >"$W/b.log" 2>&1 & pb=$!
-      ip netns exec "$NA" "$bin" --config "$W/a.toml" >"$W/a.log" 2>&1 & pa=$!
+      ip netns exec "$NA" env ${RELAY_RUST_LOG:+RUST_LOG=$RELAY_RUST_LOG} "$bin" --config "$W/a.toml" >"$W/a.log" 2>&1 & pa=$!
       wait_listen "$NB" $port; wait_listen "$NB" 7401; wait_listen "$NA" 7400
       if ! { kill -0 $pa && kill -0 $pb; } 2>/dev/null; then
         echo "a relay did not start: $(cat "$W"/[ab].log)" >&2
@@ -179,6 +188,12 @@ run_tool() { # tool file
       A socat -u "OPEN:$f" TCP:127.0.0.1:7400
       wait $sink_pid
       t1=$(date +%s.%N)
+      if [ -n "$CODECS" ]; then
+        A curl -s http://127.0.0.1:9477/metrics |
+          grep -E '^hwqos_relay_(messages|samples|throttled_messages|bytes)[{ ]' |
+          sed "s|^|$CUR_LABEL $tool |" >> "$CODECS" || true
+        [ -z "${RELAY_RUST_LOG:-}" ] || cp "$W/a.log" "$CODECS.${CUR_LABEL// /-}-${tool#relay:}.log"
+      fi
       kill -KILL $pa $pb 2>/dev/null || true; wait $pa $pb 2>/dev/null || true
       wait_free "$NA" 7400; wait_free "$NB" 7401 ;;
   esac
@@ -215,6 +230,7 @@ for rate in $RATES; do
     for rep in $(seq 1 "$REPS"); do
       # A new random order of the tools every repetition.
       for t in $(printf '%s\n' "${tools[@]}" | shuf); do
+        CUR_LABEL="$rate $p $rep"
         s=$(run_tool "$t" "$f")
         name=${label[$t]:-$t}
         line="$rate $p $name $rep $s"
