@@ -138,8 +138,8 @@ relay_conf() { # mode listen connect file [extra line] [metrics listen]
 }
 
 # One run: prints seconds; fails when the output differs.
-run_tool() { # tool file
-  local tool=$1 f=$2 want sink_pid t0 t1 got port=7600
+run_tool() { # tool file label (rate payload rep, for --codecs)
+  local tool=$1 f=$2 run_label=${3:-} want sink_pid t0 t1 got port=7600
   want=$(sha256sum < "$f" | cut -d' ' -f1)
   case "$tool" in
     raw|zstd-*|lz4)
@@ -191,8 +191,8 @@ run_tool() { # tool file
       if [ -n "$CODECS" ]; then
         A curl -s http://127.0.0.1:9477/metrics |
           grep -E '^hwqos_relay_(messages|samples|throttled_messages|bytes)[{ ]' |
-          sed "s|^|$CUR_LABEL $tool |" >> "$CODECS" || true
-        [ -z "${RELAY_RUST_LOG:-}" ] || cp "$W/a.log" "$CODECS.${CUR_LABEL// /-}-${tool#relay:}.log"
+          sed "s|^|$run_label $tool |" >> "$CODECS" || true
+        [ -z "${RELAY_RUST_LOG:-}" ] || cp "$W/a.log" "$CODECS.${run_label// /-}-${tool#relay:}.log"
       fi
       kill -KILL $pa $pb 2>/dev/null || true; wait $pa $pb 2>/dev/null || true
       wait_free "$NA" 7400; wait_free "$NB" 7401 ;;
@@ -230,8 +230,7 @@ for rate in $RATES; do
     for rep in $(seq 1 "$REPS"); do
       # A new random order of the tools every repetition.
       for t in $(printf '%s\n' "${tools[@]}" | shuf); do
-        CUR_LABEL="$rate $p $rep"
-        s=$(run_tool "$t" "$f")
+        s=$(run_tool "$t" "$f" "$rate $p $rep")
         name=${label[$t]:-$t}
         line="$rate $p $name $rep $s"
         echo "$line"; echo "$line" >> "$results"
