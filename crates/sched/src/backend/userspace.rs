@@ -786,7 +786,6 @@ fn park(task: &mut Task) {
     }
 }
 
-/// Throttles `task` now on behalf of event `idx` and records it.
 /// Process scope: [`throttle_now`], then [`park`] every counter, so none
 /// overflows again before the period renews.
 fn throttle_process(
@@ -801,6 +800,7 @@ fn throttle_process(
     park(task);
 }
 
+/// Throttles `task` now on behalf of event `idx` and records it.
 fn throttle_now(
     task: &mut Task,
     opts: &UserspaceOptions,
